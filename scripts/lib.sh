@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+# Shared by the build and test scripts: paths, the mkosi pin, and how to find
+# the Debian archive this machine is configured to use.
+
+# The pinned mkosi: trixie's package, checked by hash.
+MKOSI_VERSION=25.3
+MKOSI_DEB_VERSION=25.3-7
+MKOSI_DEB_SHA256=ef56c81324fd47d65490e944ec4697bb3f6fb21326d0d071bfc2fb5ba5383252
+
+V6NODE_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Survives a fresh clone on the same machine: mkosi itself, its package cache
+# and its tools tree.
+V6NODE_CACHE=${V6NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/v6node}
+MKOSI_DIR=$V6NODE_CACHE/mkosi-$MKOSI_DEB_VERSION
+
+log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
+
+run_mkosi() {
+    # The system interpreter: mkosi is packaged against it, and a pyenv or
+    # virtualenv python3 earlier in PATH may lack nothing but surprise us.
+    PYTHONPATH="$MKOSI_DIR/usr/lib/python3/dist-packages" /usr/bin/python3 -m mkosi "$@"
+}
+
+mkosi_version_ok() {
+    [[ "$(run_mkosi --version 2>/dev/null)" == "mkosi $MKOSI_VERSION"* ]]
+}
+
+# Prints "URI" of the host's Debian archive whose apt Label is $1 (Debian or
+# Debian-Security), as the host's apt configuration names it. Mirrors keep the
+# Release file's Origin and Label, so this finds them whatever their name.
+host_debian_uri() {
+    local label=$1
+    apt-get indextargets --format '$(ORIGIN)|$(LABEL)|$(REPO_URI)' 2>/dev/null |
+        awk -F'|' -v label="$label" '$1 == "Debian" && $2 == label { print $3; exit }'
+}
+
+# Writes deb822 sources for Debian trixie from the host's archive, or from
+# V6NODE_DEBIAN_MIRROR / V6NODE_DEBIAN_SECURITY_MIRROR when set (an Ubuntu host,
+# an air gap). Returns 1 when neither names an archive.
+write_trixie_sources() {
+    local out=$1 main security
+    main=${V6NODE_DEBIAN_MIRROR:-$(host_debian_uri Debian)}
+    security=${V6NODE_DEBIAN_SECURITY_MIRROR:-$(host_debian_uri Debian-Security)}
+    [[ -n "$main" ]] || { log "no Debian archive in this host's apt sources; set V6NODE_DEBIAN_MIRROR"; return 1; }
+    mkdir -p "$(dirname "$out")"
+    {
+        printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$main"
+        if [[ -n "$security" ]]; then
+            printf '\nTypes: deb\nURIs: %s\nSuites: trixie-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$security"
+        fi
+    } >"$out"
+}

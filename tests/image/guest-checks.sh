@@ -1,0 +1,222 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs inside a booted v6node image (started by v6node-test.service, see
+# boot-test) and reports TAP lines on the virtio port org.v6node.test.
+# The scenario (which checks) comes from the credential v6node.test.scenario;
+# expected boot arguments from v6node.test.cmdline.
+set -uo pipefail
+
+creds=${CREDENTIALS_DIRECTORY:?}
+scenario=$(cat "$creds/v6node.test.scenario")
+port=/dev/virtio-ports/org.v6node.test
+exec 3>"$port"
+
+count=0 failed=0
+report() { printf '%s\n' "$*" >&3; printf '%s\n' "$*"; }
+# check DESCRIPTION COMMAND...: one TAP line; on failure the command's output
+# follows as TAP comments, so the host log says why.
+check() {
+    local desc=$1 out
+    shift
+    count=$((count + 1))
+    if out=$("$@" 2>&1); then
+        report "ok $count - $desc"
+        [[ -z "$out" ]] || printf '%s\n' "$out" | sed 's/^/#   /' | head -5 >&3
+    else
+        failed=$((failed + 1))
+        report "not ok $count - $desc"
+        [[ -z "$out" ]] || printf '%s\n' "$out" | sed 's/^/#   /' | head -40 >&3
+    fi
+}
+# retry SECONDS COMMAND...: for state the network settles into after boot.
+retry() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 1
+    done
+}
+
+uplink=$(for dev in /sys/class/net/*; do
+    [[ -e "$dev/device" && "$(cat "$dev/type")" == 1 ]] && { basename "$dev"; break; }
+done)
+
+# --- checks, one function each --------------------------------------------
+
+system_running() {
+    local state
+    state=$(systemctl is-system-running --wait)
+    echo "system state: $state"
+    systemctl --failed --no-legend --plain
+    [[ "$state" == running ]]
+}
+
+no_failed_units() {
+    local failed_units
+    failed_units=$(systemctl --failed --no-legend --plain)
+    [[ -z "$failed_units" ]] || { echo "$failed_units"; return 1; }
+}
+
+kernel_config() { /usr/lib/v6node/kernel-config/check; }
+
+netkit_works() {
+    ip link add nktest type netkit peer name nktest-peer &&
+        ip -d link show nktest | grep -q netkit &&
+        ip link del nktest
+}
+
+sysctls_in_effect() {
+    local key want have bad=0
+    while IFS='=' read -r key want; do
+        key=$(echo $key) want=$(echo $want)
+        have=$(sysctl -n "$key" 2>&1 | tr -s '[:space:]' ' ')
+        have=$(echo $have)
+        if [[ "$have" != "$want" ]]; then
+            echo "$key: want '$want', have '$have'"
+            bad=1
+        fi
+    done < <(grep -hv '^[[:space:]]*\(#\|$\)' /usr/lib/sysctl.d/60-v6node.conf)
+    return $bad
+}
+
+boot_args_in_effect() {
+    local arg bad=0
+    read -ra cmdline </proc/cmdline
+    for arg in $(cat "$creds/v6node.test.cmdline"); do
+        [[ " ${cmdline[*]} " == *" $arg "* ]] || { echo "missing from /proc/cmdline: $arg"; bad=1; }
+    done
+    # Effects, where the kernel shows them.
+    journalctl -k -b -q -g 'mem auto-init:.*heap alloc:on' >/dev/null ||
+        { echo "init_on_alloc not in effect"; bad=1; }
+    [[ $(cat /proc/sys/kernel/panic) == 10 ]] || { echo "panic != 10"; bad=1; }
+    return $bad
+}
+
+only_lo_has_ipv4() {
+    local v4
+    v4=$(ip -4 -o address show | grep -v ' lo ')
+    [[ -z "$v4" ]] || { echo "$v4"; return 1; }
+}
+
+uplink_slaac() {
+    retry 60 sh -c "ip -6 -o address show dev '$uplink' scope global | grep -q 'inet6 fd00:6::'" || {
+        ip -6 address show dev "$uplink"; return 1; }
+    ip -6 -o address show dev "$uplink" scope global
+}
+
+ipv6_default_route() {
+    retry 60 sh -c "ip -6 route show default | grep -q 'via fe80::'" || { ip -6 route; return 1; }
+    ip -6 route show default
+}
+
+no_ipv4_default_route() {
+    [[ -z "$(ip -4 route show default)" ]]
+}
+
+bigtcp_on_uplink() {
+    local info tso want
+    systemctl is-active -q "v6node-bigtcp@$uplink.service" || { systemctl status "v6node-bigtcp@$uplink.service"; return 1; }
+    info=$(ip -j -d link show dev "$uplink")
+    tso=$(jq '.[0].tso_max_size' <<<"$info")
+    want=$((tso < 196608 ? tso : 196608))
+    jq -e --argjson want "$want" '.[0] | .gso_max_size == $want and .gro_max_size == $want
+        and .gso_ipv4_max_size == $want and .gro_ipv4_max_size == $want' <<<"$info" >/dev/null || {
+        echo "want $want (tso_max_size $tso):"; jq '.[0] | {gso_max_size, gro_max_size, gso_ipv4_max_size, gro_ipv4_max_size}' <<<"$info"; return 1; }
+    echo "$uplink: $want (tso_max_size $tso)"
+}
+
+bigtcp_on_capable_device() {
+    # veth segments up to 512 KiB, so the full 196608 applies.
+    ip link add bt0 type veth peer name bt1 || return 1
+    env V6NODE_BIG_TCP_SIZE=196608 /usr/libexec/v6node/bigtcp bt0
+    local got
+    got=$(ip -j -d link show dev bt0 | jq '.[0] | [.gso_max_size, .gro_max_size, .gso_ipv4_max_size, .gro_ipv4_max_size] | unique')
+    ip link del bt0
+    [[ "$(echo $got)" == "[ 196608 ]" ]] || { echo "got $got"; return 1; }
+}
+
+usr_read_only_verity() {
+    local source fstype hash
+    read -r source fstype < <(findmnt -n -o SOURCE,FSTYPE /usr)
+    [[ "$source" == /dev/mapper/usr && "$fstype" == erofs ]] || { echo "/usr is $source ($fstype)"; return 1; }
+    if touch /usr/.v6node-write-test 2>/dev/null; then echo "/usr is writable"; return 1; fi
+    dmsetup table usr | grep -q ' verity ' || { dmsetup table usr; return 1; }
+    # "V": every block read so far verified against the root hash.
+    [[ "$(dmsetup status usr | awk '{print $4}')" == V ]] || { dmsetup status usr; return 1; }
+    hash=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^usrhash=//p')
+    dmsetup table usr | grep -q " $hash " || { echo "usrhash=$hash not the table's root hash"; return 1; }
+}
+
+root_created_at_first_boot() {
+    findmnt -n -o SOURCE,FSTYPE,OPTIONS / | grep -q 'ext4.*rw' || { findmnt /; return 1; }
+    [[ "$(lsblk -no LABEL "$(findmnt -n -o SOURCE /)")" == v6node-root ]] || { lsblk -o NAME,LABEL,PARTLABEL; return 1; }
+    touch /etc/.v6node-write-test /var/.v6node-write-test && rm /etc/.v6node-write-test /var/.v6node-write-test
+}
+
+ssh_without_default_password() {
+    systemctl is-active -q ssh.service || { systemctl status ssh.service; return 1; }
+    # No usable password unless a credential set one: shadow field "!" or "!*" or "*".
+    [[ "$(getent shadow root | cut -d: -f2)" =~ ^[!*] ]] || { echo "root has a password"; return 1; }
+    test -s /etc/ssh/ssh_host_ed25519_key
+}
+
+root_credentials_applied() {
+    grep -q "v6node-test-key" /root/.ssh/authorized_keys || { echo "authorized_keys from credential missing"; return 1; }
+    [[ "$(getent shadow root | cut -d: -f2)" == '$'* ]] || { echo "hashed password from credential not set"; return 1; }
+}
+
+static_network_applied() {
+    [[ "$(hostname)" == v6node-static-1 ]] || { echo "hostname $(hostname)"; return 1; }
+    retry 60 sh -c "ip -6 -o address show dev '$uplink' | grep -q 'fd00:6::100/64'" || { ip -6 address; return 1; }
+    retry 30 sh -c "ip -6 route show default | grep -q 'via fe80::2'" || { ip -6 route; return 1; }
+    resolvectl dns "$uplink" | grep -q 'fd00:6::3' || { resolvectl dns; return 1; }
+    # Static means static: no SLAAC address besides the one handed over.
+    if ip -6 -o address show dev "$uplink" scope global | grep -v 'fd00:6::100/' | grep -q inet6; then
+        ip -6 address show dev "$uplink"; return 1; fi
+}
+
+bad_credential_falls_back() {
+    journalctl -b -q -u v6node-network-credentials.service -g 'ignoring v6node.network credentials' ||
+        { journalctl -b -u v6node-network-credentials.service; return 1; }
+    [[ ! -e /run/systemd/network/10-v6node-static.network ]]
+}
+
+# --- scenarios ----------------------------------------------------------------
+
+check "system reaches running" system_running
+check "no failed units" no_failed_units
+case "$scenario" in
+default)
+    check "kernel config has what v6node needs" kernel_config
+    check "netkit devices can be created" netkit_works
+    check "every v6node sysctl is in effect" sysctls_in_effect
+    check "every boot argument is in effect" boot_args_in_effect
+    check "no IPv4 address but on lo" only_lo_has_ipv4
+    check "uplink $uplink has a SLAAC address from the router" uplink_slaac
+    check "default route is IPv6, via the router" ipv6_default_route
+    check "no IPv4 default route" no_ipv4_default_route
+    check "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
+    check "BIG TCP reaches 196608 on a device that allows it" bigtcp_on_capable_device
+    check "/usr is read-only erofs under dm-verity" usr_read_only_verity
+    check "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
+    check "sshd runs, root has no default password" ssh_without_default_password
+    ;;
+static)
+    check "hostname, address, gateway, DNS from credentials" static_network_applied
+    check "root password and SSH key from credentials" root_credentials_applied
+    check "no IPv4 address but on lo" only_lo_has_ipv4
+    ;;
+bad-credential)
+    check "malformed credential is logged and ignored" bad_credential_falls_back
+    check "uplink falls back to SLAAC" uplink_slaac
+    check "default route is IPv6, via the router" ipv6_default_route
+    ;;
+*)
+    check "known scenario '$scenario'" false
+    ;;
+esac
+report "1..$count"
+report "# scenario $scenario: $((count - failed)) passed, $failed failed"
+exec 3>&-
+systemctl poweroff --no-block

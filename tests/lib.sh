@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: Apache-2.0
+# TAP helpers for the test scripts: each prints "ok N - ..." / "not ok N - ..."
+# and finishes with "N passed, N failed".
+tap_count=0
+tap_failed=0
+
+# pass_if DESCRIPTION COMMAND...: one test; the command's output is shown
+# as TAP comments when it fails.
+pass_if() {
+    local desc=$1 out
+    shift
+    tap_count=$((tap_count + 1))
+    if out=$("$@" 2>&1); then
+        echo "ok $tap_count - $desc"
+    else
+        tap_failed=$((tap_failed + 1))
+        echo "not ok $tap_count - $desc"
+        printf '%s\n' "$out" | sed 's/^/#   /' | head -30
+    fi
+}
+
+tap_done() {
+    echo "1..$tap_count"
+    echo "$((tap_count - tap_failed)) passed, $tap_failed failed"
+    ((tap_failed == 0))
+}
