@@ -24,4 +24,4 @@ bench:
 
 clean:
 	scripts/mkosi clean
-	rm -rf mkosi.output mkosi.sandbox
+	rm -rf mkosi.output

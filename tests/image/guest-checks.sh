@@ -110,6 +110,12 @@ ipv6_default_route() {
     ip -6 route show default
 }
 
+dns_from_router_advertisement() {
+    # qemu's router announces its DNS proxy fd00:6::3 in RDNSS options.
+    retry 30 sh -c "resolvectl dns '$uplink' | grep -q 'fd00:6::3'" || { resolvectl status; return 1; }
+    resolvectl dns "$uplink"
+}
+
 no_ipv4_default_route() {
     [[ -z "$(ip -4 route show default)" ]]
 }
@@ -182,6 +188,18 @@ bad_credential_falls_back() {
     [[ ! -e /run/systemd/network/10-v6node-static.network ]]
 }
 
+units_hardened() {
+    # systemd-analyze's exposure runs from 0 (locked down) to 10; --threshold is
+    # that times ten. 2.0 is what a root oneshot with only the capabilities it
+    # needs can reach.
+    local unit bad=0
+    for unit in v6node-network-credentials.service "v6node-bigtcp@$uplink.service" v6node-ssh-hostkeys.service; do
+        systemd-analyze security --no-pager --threshold=20 "$unit" >/tmp/security.txt 2>&1 || bad=1
+        echo "$unit: $(grep -o 'Overall exposure level.*' /tmp/security.txt)"
+    done
+    return $bad
+}
+
 # --- scenarios ----------------------------------------------------------------
 
 check "system reaches running" system_running
@@ -196,11 +214,13 @@ default)
     check "uplink $uplink has a SLAAC address from the router" uplink_slaac
     check "default route is IPv6, via the router" ipv6_default_route
     check "no IPv4 default route" no_ipv4_default_route
+    check "DNS server from the router's RDNSS reaches systemd-resolved" dns_from_router_advertisement
     check "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
     check "BIG TCP reaches 196608 on a device that allows it" bigtcp_on_capable_device
     check "/usr is read-only erofs under dm-verity" usr_read_only_verity
     check "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
     check "sshd runs, root has no default password" ssh_without_default_password
+    check "v6node units are hardened (systemd-analyze security)" units_hardened
     ;;
 static)
     check "hostname, address, gateway, DNS from credentials" static_network_applied
