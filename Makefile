@@ -18,7 +18,7 @@ test-host:
 test-image:
 	tests/run image
 
-## Build and boot figures (not tests), see tests/bench/README.md.
+## Build and boot figures (not tests); recorded in tests/bench/RESULTS.md.
 bench:
 	tests/bench/image
 

@@ -110,10 +110,37 @@ ipv6_default_route() {
     ip -6 route show default
 }
 
-dns_from_router_advertisement() {
-    # qemu's router announces its DNS proxy fd00:6::3 in RDNSS options.
-    retry 30 sh -c "resolvectl dns '$uplink' | grep -q 'fd00:6::3'" || { resolvectl status; return 1; }
+# The "router" scenario: dnsmasq at fd00:7::1 in the test's network namespace.
+router_slaac_and_dhcpv6() {
+    retry 60 sh -c "ip -6 -o address show dev '$uplink' | grep -q 'inet6 fd00:7::[0-9a-f]*:[0-9a-f]*:[0-9a-f]*:[0-9a-f]*/64'" ||
+        { echo "no SLAAC address"; ip -6 address show dev "$uplink"; return 1; }
+    retry 60 sh -c "ip -6 -o address show dev '$uplink' | grep -q 'inet6 fd00:7::1[0-9a-f][0-9a-f]/128'" ||
+        { echo "no DHCPv6 address"; ip -6 address show dev "$uplink"; return 1; }
+    ip -6 -o address show dev "$uplink" scope global
+}
+
+router_dns() {
+    retry 30 sh -c "resolvectl dns '$uplink' | grep -q 'fd00:7::1'" || { resolvectl status "$uplink"; return 1; }
     resolvectl dns "$uplink"
+    resolvectl domain "$uplink" | grep -q v6node.test || { resolvectl domain; return 1; }
+    # Resolved through the DNS server the network announced. resolved uses a
+    # link only once an address on it has passed DAD, so give that a moment.
+    retry 30 sh -c "resolvectl query --cache=no router.v6node.test | grep -q 'fd00:7::99'" ||
+        { resolvectl query router.v6node.test; return 1; }
+    resolvectl query --cache=no router.v6node.test
+}
+
+resolver_uses_only_the_network() {
+    # No fallback servers, no LLMNR/mDNS: DNS only from the network or credentials.
+    local status
+    status=$(resolvectl status)
+    ! grep -A3 'Fallback DNS' <<<"$status" || return 1
+    grep -- '-LLMNR -mDNS' <<<"$status" || { head -5 <<<"$status"; return 1; }
+}
+
+router_reachable() {
+    retry 30 sh -c "ip -6 route show default | grep -q 'via fe80::'" || { ip -6 route; return 1; }
+    ping -6 -c 2 -W 2 fd00:7::1
 }
 
 no_ipv4_default_route() {
@@ -214,12 +241,12 @@ default)
     check "uplink $uplink has a SLAAC address from the router" uplink_slaac
     check "default route is IPv6, via the router" ipv6_default_route
     check "no IPv4 default route" no_ipv4_default_route
-    check "DNS server from the router's RDNSS reaches systemd-resolved" dns_from_router_advertisement
     check "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
     check "BIG TCP reaches 196608 on a device that allows it" bigtcp_on_capable_device
     check "/usr is read-only erofs under dm-verity" usr_read_only_verity
     check "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
     check "sshd runs, root has no default password" ssh_without_default_password
+    check "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
     check "v6node units are hardened (systemd-analyze security)" units_hardened
     ;;
 static)
@@ -231,6 +258,12 @@ bad-credential)
     check "malformed credential is logged and ignored" bad_credential_falls_back
     check "uplink falls back to SLAAC" uplink_slaac
     check "default route is IPv6, via the router" ipv6_default_route
+    ;;
+router)
+    check "SLAAC and DHCPv6 addresses from the network's router" router_slaac_and_dhcpv6
+    check "DNS servers and domain from RA/DHCPv6 reach resolved, names resolve" router_dns
+    check "default route via the router, router answers" router_reachable
+    check "no IPv4 address but on lo" only_lo_has_ipv4
     ;;
 *)
     check "known scenario '$scenario'" false

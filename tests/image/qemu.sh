@@ -6,10 +6,15 @@
 # No rebuild is needed: the unit v6node-test.service arrives as the credential
 # systemd.extra-unit.v6node-test.service and runs the credential
 # v6node.test.script once the boot is done. The guest's only network is qemu
-# user networking with restrict=on and no IPv4: it gets router advertisements
-# for fd00:6::/64 and reaches nothing outside this machine.
+# user networking with restrict=on and no IPv4 (router advertisements for
+# fd00:6::/64, nothing outside this machine), or a tap device in a network
+# namespace the test made (guest_network, guest_netns).
 
 guest_credentials=()
+# The guest's network: by default qemu user networking, isolated (restrict=on).
+guest_network=(-nic "user,model=virtio-net-pci,restrict=on,ipv4=off,ipv6-net=fd00:6::/64")
+# Set to run qemu inside a network namespace (for tap devices living there).
+guest_netns=
 # guest_credential KEY VALUE: passed as an SMBIOS type 11 string, base64 so
 # that no value needs quoting (mkosi's --credential would shell-split it).
 guest_credential() {
@@ -37,11 +42,12 @@ StandardOutput=journal+console
     guest_credential v6node.test.script "$(cat "$script")"
     # mkosi reopens its stdout for qemu without O_APPEND; a pipe keeps the
     # firmware's, mkosi's and the kernel's lines from overwriting each other.
-    timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" "$V6NODE_TOP/scripts/mkosi" "$@" \
+    ${guest_netns:+ip netns exec "$guest_netns"} \
+        timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" "$V6NODE_TOP/scripts/mkosi" "$@" \
         --kernel-command-line-extra="systemd.wants=v6node-test.service systemd.mask=systemd-timesyncd.service" \
         qemu \
         "${guest_credentials[@]}" \
-        -nic "user,model=virtio-net-pci,restrict=on,ipv4=off,ipv6-net=fd00:6::/64" \
+        "${guest_network[@]}" \
         -device virtio-serial-pci \
         -chardev "file,id=v6nodetest,path=$out/results" \
         -device "virtserialport,chardev=v6nodetest,name=org.v6node.test" \
