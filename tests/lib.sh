@@ -4,6 +4,10 @@
 tap_count=0
 tap_failed=0
 
+# With TAP_VERBOSE set, the first lines of a passing test's output are shown
+# too (the boot tests record what they saw).
+TAP_VERBOSE=${TAP_VERBOSE:-}
+
 # pass_if DESCRIPTION COMMAND...: one test; the command's output is shown
 # as TAP comments when it fails.
 pass_if() {
@@ -12,6 +16,7 @@ pass_if() {
     tap_count=$((tap_count + 1))
     if out=$("$@" 2>&1); then
         echo "ok $tap_count - $desc"
+        [[ -z "$TAP_VERBOSE" || -z "$out" ]] || printf '%s\n' "$out" | sed 's/^/#   /' | head -5
     else
         tap_failed=$((tap_failed + 1))
         echo "not ok $tap_count - $desc"

@@ -1,33 +1,18 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs inside a booted v6node image (started by v6node-test.service, see
-# boot-test) and reports TAP lines on the virtio port org.v6node.test.
+# qemu.sh) and reports TAP lines on the virtio port org.v6node.test.
 # The scenario (which checks) comes from the credential v6node.test.scenario;
 # expected boot arguments from v6node.test.cmdline.
 set -uo pipefail
 
 creds=${CREDENTIALS_DIRECTORY:?}
 scenario=$(cat "$creds/v6node.test.scenario")
-port=/dev/virtio-ports/org.v6node.test
-exec 3>"$port"
+# TAP goes to the host through the virtio port (pass_if, tap_done: tests/lib.sh,
+# which boot-test sends along ahead of this script).
+exec >/dev/virtio-ports/org.v6node.test
+TAP_VERBOSE=1
 
-count=0 failed=0
-report() { printf '%s\n' "$*" >&3; printf '%s\n' "$*"; }
-# check DESCRIPTION COMMAND...: one TAP line; on failure the command's output
-# follows as TAP comments, so the host log says why.
-check() {
-    local desc=$1 out
-    shift
-    count=$((count + 1))
-    if out=$("$@" 2>&1); then
-        report "ok $count - $desc"
-        [[ -z "$out" ]] || printf '%s\n' "$out" | sed 's/^/#   /' | head -5 >&3
-    else
-        failed=$((failed + 1))
-        report "not ok $count - $desc"
-        [[ -z "$out" ]] || printf '%s\n' "$out" | sed 's/^/#   /' | head -40 >&3
-    fi
-}
 # retry SECONDS COMMAND...: for state the network settles into after boot.
 retry() {
     local deadline=$((SECONDS + $1))
@@ -50,6 +35,19 @@ system_running() {
     echo "system state: $state"
     systemctl --failed --no-legend --plain
     [[ "$state" == running ]]
+}
+
+boots_to_multi_user() {
+    [[ "$(systemctl get-default)" == multi-user.target ]] || { systemctl get-default; return 1; }
+}
+
+only_listed_units_enabled() {
+    # Presets are an allowlist (99-v6node-default.preset): nothing else runs.
+    local enabled unexpected
+    enabled=$(systemctl list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort)
+    unexpected=$(grep -vxF -f <(grep -h '^enable ' /usr/lib/systemd/system-preset/*.preset | awk '{print $2}' | sort -u) <<<"$enabled")
+    echo "enabled:" $enabled
+    [[ -z "$unexpected" ]] || { echo "enabled but in no preset: $unexpected"; return 1; }
 }
 
 no_failed_units() {
@@ -220,7 +218,7 @@ units_hardened() {
     # that times ten. 2.0 is what a root oneshot with only the capabilities it
     # needs can reach.
     local unit bad=0
-    for unit in v6node-network-credentials.service "v6node-bigtcp@$uplink.service" v6node-ssh-hostkeys.service; do
+    for unit in v6node-network-credentials.service "v6node-bigtcp@$uplink.service"; do
         systemd-analyze security --no-pager --threshold=20 "$unit" >/tmp/security.txt 2>&1 || bad=1
         echo "$unit: $(grep -o 'Overall exposure level.*' /tmp/security.txt)"
     done
@@ -229,47 +227,48 @@ units_hardened() {
 
 # --- scenarios ----------------------------------------------------------------
 
-check "system reaches running" system_running
-check "no failed units" no_failed_units
+pass_if "system reaches running" system_running
+pass_if "no failed units" no_failed_units
 case "$scenario" in
 default)
-    check "kernel config has what v6node needs" kernel_config
-    check "netkit devices can be created" netkit_works
-    check "every v6node sysctl is in effect" sysctls_in_effect
-    check "every boot argument is in effect" boot_args_in_effect
-    check "no IPv4 address but on lo" only_lo_has_ipv4
-    check "uplink $uplink has a SLAAC address from the router" uplink_slaac
-    check "default route is IPv6, via the router" ipv6_default_route
-    check "no IPv4 default route" no_ipv4_default_route
-    check "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
-    check "BIG TCP reaches 196608 on a device that allows it" bigtcp_on_capable_device
-    check "/usr is read-only erofs under dm-verity" usr_read_only_verity
-    check "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
-    check "sshd runs, root has no default password" ssh_without_default_password
-    check "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
-    check "v6node units are hardened (systemd-analyze security)" units_hardened
+    pass_if "a node boots to multi-user.target, not graphical" boots_to_multi_user
+    pass_if "only units the presets list are enabled" only_listed_units_enabled
+    pass_if "kernel config has what v6node needs" kernel_config
+    pass_if "netkit devices can be created" netkit_works
+    pass_if "every v6node sysctl is in effect" sysctls_in_effect
+    pass_if "every boot argument is in effect" boot_args_in_effect
+    pass_if "no IPv4 address but on lo" only_lo_has_ipv4
+    pass_if "uplink $uplink has a SLAAC address from the router" uplink_slaac
+    pass_if "default route is IPv6, via the router" ipv6_default_route
+    pass_if "no IPv4 default route" no_ipv4_default_route
+    pass_if "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
+    pass_if "BIG TCP reaches 196608 on a device that allows it" bigtcp_on_capable_device
+    pass_if "/usr is read-only erofs under dm-verity" usr_read_only_verity
+    pass_if "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
+    pass_if "sshd runs, root has no default password" ssh_without_default_password
+    pass_if "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
+    pass_if "v6node units are hardened (systemd-analyze security)" units_hardened
     ;;
 static)
-    check "hostname, address, gateway, DNS from credentials" static_network_applied
-    check "root password and SSH key from credentials" root_credentials_applied
-    check "no IPv4 address but on lo" only_lo_has_ipv4
+    pass_if "hostname, address, gateway, DNS from credentials" static_network_applied
+    pass_if "root password and SSH key from credentials" root_credentials_applied
+    pass_if "no IPv4 address but on lo" only_lo_has_ipv4
     ;;
 bad-credential)
-    check "malformed credential is logged and ignored" bad_credential_falls_back
-    check "uplink falls back to SLAAC" uplink_slaac
-    check "default route is IPv6, via the router" ipv6_default_route
+    pass_if "malformed credential is logged and ignored" bad_credential_falls_back
+    pass_if "uplink falls back to SLAAC" uplink_slaac
+    pass_if "default route is IPv6, via the router" ipv6_default_route
     ;;
 router)
-    check "SLAAC and DHCPv6 addresses from the network's router" router_slaac_and_dhcpv6
-    check "DNS servers and domain from RA/DHCPv6 reach resolved, names resolve" router_dns
-    check "default route via the router, router answers" router_reachable
-    check "no IPv4 address but on lo" only_lo_has_ipv4
+    pass_if "SLAAC and DHCPv6 addresses from the network's router" router_slaac_and_dhcpv6
+    pass_if "DNS servers and domain from RA/DHCPv6 reach resolved, names resolve" router_dns
+    pass_if "default route via the router, router answers" router_reachable
+    pass_if "no IPv4 address but on lo" only_lo_has_ipv4
     ;;
 *)
-    check "known scenario '$scenario'" false
+    pass_if "known scenario '$scenario'" false
     ;;
 esac
-report "1..$count"
-report "# scenario $scenario: $((count - failed)) passed, $failed failed"
-exec 3>&-
+tap_done
+exec >&-
 systemctl poweroff --no-block

@@ -39,7 +39,8 @@ ImportCredential=v6node.test.*
 ExecStart=/usr/bin/bash -c '\''exec bash "$CREDENTIALS_DIRECTORY/v6node.test.script"'\''
 StandardOutput=journal+console
 '
-    guest_credential v6node.test.script "$(cat "$script")"
+    # The TAP helpers travel with the script, so host and guest tests share them.
+    guest_credential v6node.test.script "$(cat "$V6NODE_TOP/tests/lib.sh" "$script")"
     # mkosi reopens its stdout for qemu without O_APPEND; a pipe keeps the
     # firmware's, mkosi's and the kernel's lines from overwriting each other.
     ${guest_netns:+ip netns exec "$guest_netns"} \
