@@ -18,8 +18,8 @@ die() { log "error: $*"; exit 1; }
 as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
 
 run_mkosi() {
-    # The system interpreter: mkosi is packaged against it, and a pyenv or
-    # virtualenv python3 earlier in PATH may lack nothing but surprise us.
+    # The system interpreter, which Debian packages mkosi for; a pyenv or
+    # virtualenv python3 earlier in PATH is not.
     PYTHONPATH="$MKOSI_DIR/usr/lib/python3/dist-packages" /usr/bin/python3 -m mkosi "$@"
 }
 
@@ -27,13 +27,24 @@ mkosi_version_ok() {
     [[ "$(run_mkosi --version 2>/dev/null)" == "mkosi $MKOSI_VERSION"* ]]
 }
 
-# Prints "URI" of the host's Debian archive whose apt Label is $1 (Debian or
+# Prints the URI of the host's Debian archive whose apt Label is $1 (Debian or
 # Debian-Security), as the host's apt configuration names it. Mirrors keep the
 # Release file's Origin and Label, so this finds them whatever their name.
+# Before the host's first apt-get update there is no Release data: then the
+# archive is the one serving a Debian host's own suite (or suite-security).
 host_debian_uri() {
-    local label=$1
-    apt-get indextargets --format '$(ORIGIN)|$(LABEL)|$(REPO_URI)' 2>/dev/null |
-        awk -F'|' -v label="$label" '$1 == "Debian" && $2 == label { print $3; exit }'
+    local label=$1 uri suite codename id
+    uri=$(apt-get indextargets --format '$(ORIGIN)|$(LABEL)|$(REPO_URI)' 2>/dev/null |
+        awk -F'|' -v label="$label" '$1 == "Debian" && $2 == label { print $3; exit }')
+    if [[ -z "$uri" ]]; then
+        id=$(. /etc/os-release && echo "$ID") codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+        [[ "$id" == debian && -n "$codename" ]] || return 0
+        suite=$codename
+        [[ "$label" != Debian-Security ]] || suite=$codename-security
+        uri=$(apt-get indextargets --no-release-info --format '$(RELEASE)|$(REPO_URI)' 2>/dev/null |
+            awk -F'|' -v suite="$suite" '$1 == suite { print $2; exit }')
+    fi
+    echo "$uri"
 }
 
 # Writes deb822 sources for Debian trixie from the host's archive, or from

@@ -157,14 +157,24 @@ bigtcp_on_uplink() {
     echo "$uplink: $want (tso_max_size $tso)"
 }
 
+bigtcp_sizes() { # bigtcp_sizes DEV: the four limits, deduplicated
+    ip -j -d link show dev "$1" | jq -c '.[0] | [.gso_max_size, .gro_max_size, .gso_ipv4_max_size, .gro_ipv4_max_size] | unique'
+}
+
 bigtcp_on_capable_device() {
-    # veth segments up to 512 KiB, so the full 196608 applies.
+    # veth segments up to 512 KiB, so the configured size applies unclamped.
     ip link add bt0 type veth peer name bt1 || return 1
-    env V6NODE_BIG_TCP_SIZE=196608 /usr/libexec/v6node/bigtcp bt0
-    local got
-    got=$(ip -j -d link show dev bt0 | jq '.[0] | [.gso_max_size, .gro_max_size, .gso_ipv4_max_size, .gro_ipv4_max_size] | unique')
+    local bad=0 msg
+    V6NODE_BIG_TCP_SIZE=196608 /usr/libexec/v6node/bigtcp bt0
+    [[ "$(bigtcp_sizes bt0)" == "[196608]" ]] || { echo "default: $(bigtcp_sizes bt0)"; bad=1; }
+    V6NODE_BIG_TCP_SIZE=524280 /usr/libexec/v6node/bigtcp bt0
+    [[ "$(bigtcp_sizes bt0)" == "[524280]" ]] || { echo "maximum: $(bigtcp_sizes bt0)"; bad=1; }
+    # A bad setting is reported and the default used, not applied.
+    msg=$(V6NODE_BIG_TCP_SIZE=9999999 /usr/libexec/v6node/bigtcp bt0 2>&1)
+    [[ "$(bigtcp_sizes bt0)" == "[196608]" && "$msg" == *"V6NODE_BIG_TCP_SIZE=9999999 is not a size"* ]] ||
+        { echo "bad setting: $(bigtcp_sizes bt0): $msg"; bad=1; }
     ip link del bt0
-    [[ "$(echo $got)" == "[ 196608 ]" ]] || { echo "got $got"; return 1; }
+    return $bad
 }
 
 usr_read_only_verity() {
@@ -242,7 +252,7 @@ default)
     pass_if "default route is IPv6, via the router" ipv6_default_route
     pass_if "no IPv4 default route" no_ipv4_default_route
     pass_if "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
-    pass_if "BIG TCP reaches 196608 on a device that allows it" bigtcp_on_capable_device
+    pass_if "BIG TCP: 196608 and 524280 where the device allows, bad size rejected" bigtcp_on_capable_device
     pass_if "/usr is read-only erofs under dm-verity" usr_read_only_verity
     pass_if "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
     pass_if "sshd runs, root has no default password" ssh_without_default_password
