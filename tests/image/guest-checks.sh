@@ -189,6 +189,20 @@ usr_read_only_verity() {
     dmsetup table usr | grep -q " $hash " || { echo "usrhash=$hash not the table's root hash"; return 1; }
 }
 
+usr_tampering_detected() {
+    # boot-test overwrote the first block of this file in the /usr partition.
+    local err
+    if err=$(cat /usr/share/doc/v6node/README.md 2>&1 >/dev/null); then
+        echo "read the tampered file without an error"
+        return 1
+    fi
+    echo "$err" | grep 'Input/output error' || { echo "$err"; return 1; }
+    journalctl -k -b -q -g 'verity.*data block [0-9]+ is corrupted' | head -n 1 | grep . ||
+        { journalctl -k -b -q -g verity; return 1; }
+    # "C": a corrupted block was found.
+    [[ "$(dmsetup status usr | awk '{print $4}')" == C ]] || { dmsetup status usr; return 1; }
+}
+
 root_created_at_first_boot() {
     findmnt -n -o SOURCE,FSTYPE,OPTIONS / | grep -q 'ext4.*rw' || { findmnt /; return 1; }
     [[ "$(lsblk -no LABEL "$(findmnt -n -o SOURCE /)")" == v6node-root ]] || { lsblk -o NAME,LABEL,PARTLABEL; return 1; }
@@ -274,6 +288,9 @@ router)
     pass_if "DNS servers and domain from RA/DHCPv6 reach resolved, names resolve" router_dns
     pass_if "default route via the router, router answers" router_reachable
     pass_if "no IPv4 address but on lo" only_lo_has_ipv4
+    ;;
+tampered)
+    pass_if "a changed /usr block is refused by dm-verity" usr_tampering_detected
     ;;
 *)
     pass_if "known scenario '$scenario'" false
