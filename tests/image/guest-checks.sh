@@ -66,10 +66,9 @@ netkit_works() {
 
 sysctls_in_effect() {
     local key want have bad=0
+    # Unquoted echo folds the tabs and spaces of multi-value keys (tcp_rmem).
     while IFS='=' read -r key want; do
-        key=$(echo $key) want=$(echo $want)
-        have=$(sysctl -n "$key" 2>&1 | tr -s '[:space:]' ' ')
-        have=$(echo $have)
+        key=$(echo $key) want=$(echo $want) have=$(echo $(sysctl -n "$key" 2>&1))
         if [[ "$have" != "$want" ]]; then
             echo "$key: want '$want', have '$have'"
             bad=1
