@@ -23,6 +23,13 @@ run_mkosi() {
     PYTHONPATH="$MKOSI_DIR/usr/lib/python3/dist-packages" /usr/bin/python3 -m mkosi "$@"
 }
 
+# The disk image the last build wrote (mkosi.conf: Output=%i_%v).
+built_image() {
+    local images=("$V6NODE_TOP"/mkosi.output/v6node_*.raw)
+    [[ -e "${images[0]}" ]] || die "no image in mkosi.output/; run make image"
+    echo "${images[0]}"
+}
+
 mkosi_version_ok() {
     [[ "$(run_mkosi --version 2>/dev/null)" == "mkosi $MKOSI_VERSION"* ]]
 }

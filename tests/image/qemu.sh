@@ -25,7 +25,7 @@ guest_credential() {
 # to power off (V6NODE_BOOT_TIMEOUT seconds at most), leaves console.log and
 # results (the port's output) in OUTDIR. Returns qemu's status (124: timeout).
 boot_with_script() {
-    local out=$1 script=$2 rc
+    local out=$1 script=$2 rc saved=("${guest_credentials[@]}")
     shift 2
     mkdir -p "$out"
     rm -f "$out/results" "$out/console.log"
@@ -54,6 +54,8 @@ StandardOutput=journal+console
         -device "virtserialport,chardev=v6nodetest,name=org.v6node.test" \
         </dev/null 2>&1 | cat >"$out/console.log"
     rc=${PIPESTATUS[0]}
+    # The unit and script belong to this boot only; callers may boot again.
+    guest_credentials=("${saved[@]}")
     touch "$out/results"
     return "$rc"
 }
