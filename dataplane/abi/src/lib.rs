@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Types shared with v6node's BPF programs, generated from `abi.h` by bindgen.
+//! Map names are the ones the C side declares and pins.
+
+#![allow(non_camel_case_types, non_upper_case_globals, clippy::all)]
+
+mod generated {
+    #![allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/abi.rs"));
+}
+
+pub use generated::{
+    v6n_counter_key as CounterKey, v6n_counter_value as CounterValue,
+    v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_lpm6_key as Lpm6Key,
+    v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX, V6N_DENY_SRC_MAX as DENY_SRC_MAX,
+};
+
+// SAFETY: plain C structs of integers with explicit padding fields; any bit
+// pattern is valid and the kernel copies them byte for byte.
+unsafe impl aya::Pod for CounterKey {}
+unsafe impl aya::Pod for CounterValue {}
+unsafe impl aya::Pod for Lpm6Key {}
+unsafe impl aya::Pod for DenyValue {}
+
+/// Names of the maps as declared in `bpf/lib/maps.h` (and pinned under them).
+pub mod maps {
+    pub const COUNTERS: &str = "v6n_counters";
+    pub const DENY_SRC: &str = "v6n_deny_src";
+    pub const ALL: &[&str] = &[COUNTERS, DENY_SRC];
+}
+
+impl Reason {
+    pub const ALL: [Reason; Reason::V6N_REASON_COUNT as usize] = [
+        Reason::V6N_REASON_PASS,
+        Reason::V6N_REASON_DROP_MALFORMED,
+        Reason::V6N_REASON_DROP_DENIED_SOURCE,
+    ];
+
+    /// Stable name used in `status` output and as a Prometheus label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::V6N_REASON_PASS => "pass",
+            Reason::V6N_REASON_DROP_MALFORMED => "malformed",
+            Reason::V6N_REASON_DROP_DENIED_SOURCE => "denied_source",
+            Reason::V6N_REASON_COUNT => "invalid",
+        }
+    }
+
+    pub fn from_u8(value: u8) -> Option<Reason> {
+        Self::ALL.get(usize::from(value)).copied()
+    }
+
+    pub fn is_drop(self) -> bool {
+        self != Reason::V6N_REASON_PASS
+    }
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::V6N_DIRECTION_INGRESS => "ingress",
+            Direction::V6N_DIRECTION_EGRESS => "egress",
+        }
+    }
+}
+
+impl Lpm6Key {
+    pub fn new(net: std::net::Ipv6Addr, prefix_len: u8) -> Self {
+        Lpm6Key { prefixlen: u32::from(prefix_len), addr: net.octets() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_has_a_distinct_name() {
+        let names: std::collections::BTreeSet<_> = Reason::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+        assert!(!names.contains("invalid"));
+    }
+
+    #[test]
+    fn reason_round_trips_through_its_counter_byte() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::from_u8(reason as u8), Some(reason));
+        }
+        assert_eq!(Reason::from_u8(Reason::V6N_REASON_COUNT as u8), None);
+    }
+
+    #[test]
+    fn key_sizes_match_what_the_kernel_copies() {
+        // The C side relies on these sizes having no implicit padding.
+        assert_eq!(std::mem::size_of::<CounterKey>(), 8);
+        assert_eq!(std::mem::size_of::<Lpm6Key>(), 20);
+    }
+}

@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Attaching the host programs to devices, adopting what a previous agent
+//! pinned, and removing it all again.
+//!
+//! tcx links are pinned as `<pin_dir>/links/<device>-<direction>`. A pinned
+//! link keeps its program attached with no process holding it, which is what
+//! keeps traffic flowing while the agent is down. On kernels before 6.6 (or
+//! `attach.mode = "clsact"`) programs are cls_bpf filters at a fixed
+//! priority and handle instead; those persist in the qdisc by themselves.
+
+use std::{
+    collections::BTreeMap,
+    ffi::CStr,
+    fs,
+    io::ErrorKind,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Context, Result};
+use aya::{
+    programs::{
+        links::{FdLink, LinkOrder, PinnedLink},
+        loaded_programs,
+        tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
+        Link, SchedClassifier, TcAttachType,
+    },
+    util::KernelVersion,
+    Ebpf,
+};
+use serde::{Deserialize, Serialize};
+use v6node_config::AttachMode;
+
+use crate::{bpf, paths::Paths, state};
+
+/// cls_bpf priority and handle v6node's filters use in clsact mode; fixed so
+/// that a new agent finds and replaces the filters of the previous one.
+const CLSACT_PRIORITY: u16 = 0x7636;
+const CLSACT_HANDLE: u32 = 0x7636;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    pub const BOTH: [Direction; 2] = [Direction::Ingress, Direction::Egress];
+
+    fn tc(self) -> TcAttachType {
+        match self {
+            Direction::Ingress => TcAttachType::Ingress,
+            Direction::Egress => TcAttachType::Egress,
+        }
+    }
+
+    pub fn program(self) -> &'static str {
+        match self {
+            Direction::Ingress => bpf::HOST_INGRESS,
+            Direction::Egress => bpf::HOST_EGRESS,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Direction> {
+        Direction::BOTH.into_iter().find(|d| d.name() == name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Tcx,
+    Clsact,
+}
+
+impl Mode {
+    pub fn resolve(configured: AttachMode) -> Mode {
+        match configured {
+            AttachMode::Tcx => Mode::Tcx,
+            AttachMode::Clsact => Mode::Clsact,
+            AttachMode::Auto => match KernelVersion::current() {
+                Ok(version) if version >= KernelVersion::new(6, 6, 0) => Mode::Tcx,
+                _ => Mode::Clsact,
+            },
+        }
+    }
+}
+
+/// What reconciling one device and direction did, as `status` reports it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Attachment {
+    pub device: String,
+    pub ifindex: u32,
+    pub direction: Direction,
+    pub mode: Mode,
+    /// adopted, attached, replaced, unchanged or failed
+    pub action: String,
+    pub program_id: Option<u32>,
+    pub link_id: Option<u32>,
+    pub error: Option<String>,
+}
+
+/// The network devices of this namespace, by name.
+pub fn devices() -> Result<BTreeMap<String, u32>> {
+    // SAFETY: if_nameindex returns a libc-owned array terminated by a zero
+    // entry, freed below with if_freenameindex.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return Err(std::io::Error::last_os_error()).context("listing network devices");
+        }
+        let mut devices = BTreeMap::new();
+        let mut entry = list;
+        while (*entry).if_index != 0 {
+            let name = CStr::from_ptr((*entry).if_name).to_string_lossy().into_owned();
+            devices.insert(name, (*entry).if_index);
+            entry = entry.add(1);
+        }
+        libc::if_freenameindex(list);
+        Ok(devices)
+    }
+}
+
+fn link_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
+    paths.links_dir().join(format!("{device}-{}", direction.name()))
+}
+
+/// Splits a link pin's file name back into device and direction.
+fn parse_link_pin(name: &str) -> Option<(String, Direction)> {
+    let (device, direction) = name.rsplit_once('-')?;
+    Some((device.to_owned(), Direction::parse(direction)?))
+}
+
+fn program_tag(id: u32) -> Option<u64> {
+    loaded_programs().flatten().find(|p| p.id() == id).map(|p| p.tag())
+}
+
+/// A pinned tcx link, checked against what the kernel has attached.
+enum PinnedState {
+    Missing,
+    /// The pin outlived its attachment (device deleted or renamed).
+    Stale,
+    Attached { link: FdLink, link_id: u32, program_id: u32 },
+}
+
+fn inspect_pin(pin: &Path, device: &str, direction: Direction) -> Result<PinnedState> {
+    let pinned = match PinnedLink::from_pin(pin) {
+        Ok(pinned) => pinned,
+        Err(aya::programs::links::LinkError::SyscallError(e)) if e.io_error.kind() == ErrorKind::NotFound => {
+            return Ok(PinnedState::Missing)
+        }
+        Err(e) => return Err(e).with_context(|| format!("opening pinned link {}", pin.display())),
+    };
+    let link = FdLink::from(pinned);
+    let info = link.info().with_context(|| format!("reading pinned link {}", pin.display()))?;
+    let attached = match SchedClassifier::query_tcx(device, direction.tc()) {
+        Ok((_, programs)) => programs.iter().any(|p| p.id() == info.program_id()),
+        Err(_) => false, // no such device any more
+    };
+    Ok(if attached {
+        PinnedState::Attached { link, link_id: info.id(), program_id: info.program_id() }
+    } else {
+        PinnedState::Stale
+    })
+}
+
+/// Reconciles attachments with the desired devices. Loads the BPF object
+/// only when something has to be attached or replaced, so a reconcile with
+/// nothing to do costs a few syscalls and leaves no stray programs behind.
+pub struct Attacher {
+    paths: Paths,
+    ebpf: Option<Ebpf>,
+    /// Tags of the programs this agent carries, learnt on first load.
+    tags: BTreeMap<&'static str, u64>,
+}
+
+impl Attacher {
+    pub fn new(paths: Paths) -> Attacher {
+        Attacher { paths, ebpf: None, tags: BTreeMap::new() }
+    }
+
+    /// Loads the object once to verify it and learn its program tags.
+    pub fn verify(&mut self) -> Result<()> {
+        self.ebpf()?;
+        self.release();
+        Ok(())
+    }
+
+    fn ebpf(&mut self) -> Result<&mut Ebpf> {
+        if self.ebpf.is_none() {
+            fs::create_dir_all(&self.paths.pin_dir)
+                .with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
+            let mut ebpf = bpf::load_host(&self.paths.pin_dir)?;
+            for direction in Direction::BOTH {
+                let name = direction.program();
+                self.tags.insert(name, bpf::classifier(&mut ebpf, name)?.info()?.tag());
+            }
+            self.ebpf = Some(ebpf);
+        }
+        Ok(self.ebpf.as_mut().expect("loaded above"))
+    }
+
+    fn tag(&mut self, program: &'static str) -> Result<u64> {
+        if self.tags.is_empty() {
+            self.ebpf()?;
+        }
+        Ok(self.tags[program])
+    }
+
+    /// Drops our handles: attached programs stay, held by their links.
+    pub fn release(&mut self) {
+        self.ebpf = None;
+    }
+
+    pub fn reconcile(
+        &mut self,
+        mode: Mode,
+        wanted: &BTreeMap<String, u32>,
+        previous: &[Attachment],
+    ) -> Vec<Attachment> {
+        let mut report = Vec::new();
+        for (device, &ifindex) in wanted {
+            for direction in Direction::BOTH {
+                let known = previous.iter().any(|a| {
+                    a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
+                });
+                let result = match mode {
+                    Mode::Tcx => self.attach_tcx(device, direction, known),
+                    Mode::Clsact if known => Ok(("unchanged", None, None)),
+                    Mode::Clsact => self.attach_clsact(device, direction),
+                };
+                let (action, program_id, link_id, error) = match result {
+                    Ok((action, program_id, link_id)) => (action, program_id, link_id, None),
+                    Err(e) => ("failed", None, None, Some(format!("{e:#}"))),
+                };
+                if let Some(error) = &error {
+                    log::error!("{device} {}: {error}", direction.name());
+                } else if action != "unchanged" {
+                    log::info!("{device} {}: {action} ({mode:?})", direction.name());
+                }
+                report.push(Attachment {
+                    device: device.clone(),
+                    ifindex,
+                    direction,
+                    mode,
+                    action: action.into(),
+                    program_id,
+                    link_id,
+                    error,
+                });
+            }
+        }
+        // Removing what is no longer wanted comes last, so a device moving
+        // between modes is never left without a program in between.
+        self.remove_unwanted(mode, wanted, previous);
+        self.release();
+        report
+    }
+
+    fn attach_tcx(
+        &mut self,
+        device: &str,
+        direction: Direction,
+        known: bool,
+    ) -> Result<(&'static str, Option<u32>, Option<u32>)> {
+        let pin = link_pin(&self.paths, device, direction);
+        match inspect_pin(&pin, device, direction)? {
+            PinnedState::Attached { link, link_id, program_id } => {
+                if program_tag(program_id) == Some(self.tag(direction.program())?) {
+                    return Ok((if known { "unchanged" } else { "adopted" }, Some(program_id), Some(link_id)));
+                }
+                // A different build of the program is attached (agent upgrade,
+                // or a developer's override): swap it in place with
+                // BPF_LINK_UPDATE, which the kernel does atomically per packet.
+                let program = bpf::classifier(self.ebpf()?, direction.program())?;
+                let new_id = program.info()?.id();
+                let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+                let _: FdLink = program.take_link(id)?.try_into()?;
+                Ok(("replaced", Some(new_id), Some(link_id)))
+            }
+            state => {
+                if matches!(state, PinnedState::Stale) {
+                    log::info!("{}: removing stale pin", pin.display());
+                    fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
+                }
+                let links_dir = self.paths.links_dir();
+                fs::create_dir_all(&links_dir).with_context(|| format!("creating {}", links_dir.display()))?;
+                let program = bpf::classifier(self.ebpf()?, direction.program())?;
+                let program_id = program.info()?.id();
+                // First in the chain: a denied source must not reach programs
+                // other agents attach after ours.
+                let id = program.attach_with_options(
+                    device,
+                    direction.tc(),
+                    TcAttachOptions::TcxOrder(LinkOrder::first()),
+                )?;
+                let link: FdLink = program.take_link(id)?.try_into()?;
+                let link_id = link.info()?.id();
+                link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
+                Ok(("attached", Some(program_id), Some(link_id)))
+            }
+        }
+    }
+
+    fn attach_clsact(&mut self, device: &str, direction: Direction) -> Result<(&'static str, Option<u32>, Option<u32>)> {
+        // Fails with EEXIST when the qdisc is there already; any other
+        // failure shows up as the attach error below.
+        let _ = tc::qdisc_add_clsact(device);
+        let program = bpf::classifier(self.ebpf()?, direction.program())?;
+        let program_id = program.info()?.id();
+        let options = NlOptions { priority: CLSACT_PRIORITY, handle: TcHandle::from(CLSACT_HANDLE), classid: None };
+        let (action, id) = match program.attach_with_options(device, direction.tc(), TcAttachOptions::Netlink(options)) {
+            Ok(id) => ("attached", id),
+            Err(_) => {
+                // Our filter is there from a previous agent: cls_bpf swaps the
+                // program of an existing filter atomically.
+                let existing = SchedClassifierLink::attached(device, direction.tc(), CLSACT_PRIORITY, TcHandle::from(CLSACT_HANDLE), None)?;
+                ("replaced", program.attach_to_link(existing)?)
+            }
+        };
+        // Dropping a netlink link detaches it: the filter must outlive us.
+        std::mem::forget(program.take_link(id)?);
+        Ok((action, Some(program_id), None))
+    }
+
+    fn remove_unwanted(&mut self, mode: Mode, wanted: &BTreeMap<String, u32>, previous: &[Attachment]) {
+        for (device, direction, pin) in pinned_links(&self.paths) {
+            if mode == Mode::Tcx && wanted.contains_key(&device) {
+                continue;
+            }
+            match fs::remove_file(&pin) {
+                Ok(()) => log::info!("{device} {}: detached (tcx)", direction.name()),
+                Err(e) => log::error!("{device} {}: cannot remove {}: {e}", direction.name(), pin.display()),
+            }
+        }
+        for old in previous.iter().filter(|a| a.mode == Mode::Clsact && a.error.is_none()) {
+            if mode == Mode::Clsact && wanted.get(&old.device) == Some(&old.ifindex) {
+                continue;
+            }
+            match detach_clsact(&old.device, old.direction) {
+                Ok(()) => log::info!("{} {}: detached (clsact)", old.device, old.direction.name()),
+                Err(e) => log::warn!("{} {}: {e:#}", old.device, old.direction.name()),
+            }
+        }
+    }
+}
+
+fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
+    let link = SchedClassifierLink::attached(device, direction.tc(), CLSACT_PRIORITY, TcHandle::from(CLSACT_HANDLE), None)?;
+    link.detach().map_err(anyhow::Error::from)
+}
+
+/// Link pins under `<pin_dir>/links`, parsed into device and direction.
+pub fn pinned_links(paths: &Paths) -> Vec<(String, Direction, PathBuf)> {
+    let Ok(entries) = fs::read_dir(paths.links_dir()) else { return Vec::new() };
+    let mut links: Vec<_> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let (device, direction) = parse_link_pin(&name)?;
+            Some((device, direction, e.path()))
+        })
+        .collect();
+    links.sort();
+    links
+}
+
+/// A pinned link as the kernel sees it now, for `status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LiveLink {
+    pub device: String,
+    pub direction: Direction,
+    pub pin: PathBuf,
+    pub link_id: Option<u32>,
+    pub program_id: Option<u32>,
+    pub program: Option<String>,
+    pub tag: Option<String>,
+    pub attached: bool,
+}
+
+pub fn live_links(paths: &Paths) -> Vec<LiveLink> {
+    pinned_links(paths)
+        .into_iter()
+        .map(|(device, direction, pin)| {
+            let mut live = LiveLink {
+                device: device.clone(),
+                direction,
+                pin: pin.clone(),
+                link_id: None,
+                program_id: None,
+                program: None,
+                tag: None,
+                attached: false,
+            };
+            if let Ok(PinnedState::Attached { link_id, program_id, .. }) = inspect_pin(&pin, &device, direction) {
+                live.attached = true;
+                live.link_id = Some(link_id);
+                live.program_id = Some(program_id);
+                if let Some(info) = loaded_programs().flatten().find(|p| p.id() == program_id) {
+                    live.program = info.name_as_str().map(str::to_owned);
+                    live.tag = Some(format!("{:016x}", info.tag()));
+                }
+            }
+            live
+        })
+        .collect()
+}
+
+/// `detach`: removes every link and filter v6node attached and every pin.
+pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
+    if let Some(pid) = state::running_agent(paths) {
+        if !force {
+            bail!("the agent is running (pid {pid}) and would attach again; stop it first (systemctl stop v6node-dataplane) or pass --force");
+        }
+    }
+    let mut removed = 0;
+    for (device, direction, pin) in pinned_links(paths) {
+        fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
+        println!("detached {device} {} (tcx link {})", direction.name(), pin.display());
+        removed += 1;
+    }
+    // clsact filters are found by their fixed priority and handle on every
+    // device, since no pin records them.
+    for device in devices()?.keys() {
+        for direction in Direction::BOTH {
+            if detach_clsact(device, direction).is_ok() {
+                println!("detached {device} {} (clsact filter)", direction.name());
+                removed += 1;
+            }
+        }
+    }
+    for map in v6node_abi::maps::ALL {
+        let pin = paths.pin_dir.join(map);
+        match fs::remove_file(&pin) {
+            Ok(()) => println!("unpinned map {}", pin.display()),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", pin.display())),
+        }
+    }
+    for dir in [paths.links_dir(), paths.pin_dir.clone()] {
+        match fs::remove_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {} (something else is pinned there?)", dir.display())),
+        }
+    }
+    let _ = fs::remove_file(paths.state_file());
+    println!("{removed} attachment(s) removed; {} is gone", paths.pin_dir.display());
+    Ok(())
+}

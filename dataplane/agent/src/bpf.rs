@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The BPF objects built from ../bpf by build.rs, embedded in the binary.
+
+use std::{borrow::Cow, path::Path};
+
+use anyhow::{Context, Result};
+use aya::{programs::SchedClassifier, Ebpf, EbpfLoader};
+
+/// Entry object for the node's own devices (bpf/host.bpf.c).
+static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
+
+/// Developers may point the agent at a freshly built object instead of the
+/// embedded one, to iterate on BPF code without relinking the agent.
+const HOST_OBJECT_OVERRIDE: &str = "V6NODE_DATAPLANE_HOST_OBJECT";
+
+pub const HOST_INGRESS: &str = "v6n_host_ingress";
+pub const HOST_EGRESS: &str = "v6n_host_egress";
+
+/// Loads the host object into the kernel. Maps declared pinned-by-name are
+/// opened from `pin_dir` when they exist there, so counters and tables
+/// survive agent restarts; new ones are created and pinned.
+pub fn load_host(pin_dir: &Path) -> Result<Ebpf> {
+    let bytes: Cow<[u8]> = match std::env::var_os(HOST_OBJECT_OVERRIDE) {
+        Some(path) => {
+            log::warn!("loading BPF from {} ({HOST_OBJECT_OVERRIDE})", Path::new(&path).display());
+            Cow::Owned(std::fs::read(&path).with_context(|| format!("reading {}", Path::new(&path).display()))?)
+        }
+        None => Cow::Borrowed(HOST_OBJECT),
+    };
+    let mut ebpf = EbpfLoader::new()
+        .default_map_pin_directory(pin_dir)
+        .load(&bytes)
+        .context("loading the host BPF object")?;
+    for name in [HOST_INGRESS, HOST_EGRESS] {
+        let program: &mut SchedClassifier = ebpf
+            .program_mut(name)
+            .with_context(|| format!("BPF object has no program {name}"))?
+            .try_into()?;
+        program.load().with_context(|| format!("verifier rejected {name}"))?;
+    }
+    Ok(ebpf)
+}
+
+pub fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {
+    Ok(ebpf
+        .program_mut(name)
+        .with_context(|| format!("BPF object has no program {name}"))?
+        .try_into()?)
+}

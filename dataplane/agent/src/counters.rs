@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Reads the per-CPU packet counters the BPF programs keep.
+
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::{Context, Result};
+use aya::maps::{Map, MapData, PerCpuHashMap};
+use serde::{Deserialize, Serialize};
+use v6node_abi::{maps, CounterKey, CounterValue, Reason};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CounterRow {
+    pub device: String,
+    pub ifindex: u32,
+    pub direction: String,
+    pub reason: String,
+    pub drop: bool,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+fn device_name(ifindex: u32, names: &BTreeMap<u32, String>) -> String {
+    names.get(&ifindex).cloned().unwrap_or_else(|| format!("#{ifindex}"))
+}
+
+/// Sums every CPU's slot; rows are sorted by device, direction, reason.
+pub fn read(pin_dir: &Path) -> Result<Vec<CounterRow>> {
+    let pin = pin_dir.join(maps::COUNTERS);
+    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
+    let map: PerCpuHashMap<_, CounterKey, CounterValue> = PerCpuHashMap::try_from(Map::PerCpuHashMap(data))?;
+    let names: BTreeMap<u32, String> = crate::attach::devices()?.into_iter().map(|(n, i)| (i, n)).collect();
+    let mut rows = Vec::new();
+    for entry in map.iter() {
+        let (key, per_cpu) = entry.context("reading counters")?;
+        let Some(reason) = Reason::from_u8(key.reason) else { continue };
+        let direction = if key.direction == 0 { "ingress" } else { "egress" };
+        rows.push(CounterRow {
+            device: device_name(key.ifindex, &names),
+            ifindex: key.ifindex,
+            direction: direction.into(),
+            reason: reason.name().into(),
+            drop: reason.is_drop(),
+            packets: per_cpu.iter().map(|v| v.packets).sum(),
+            bytes: per_cpu.iter().map(|v| v.bytes).sum(),
+        });
+    }
+    rows.sort();
+    Ok(rows)
+}

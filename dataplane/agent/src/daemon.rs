@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `run`: the long-lived agent. Applies the configuration, tells systemd it
+//! is ready, then follows reloads (SIGHUP), device changes (netlink) and the
+//! watchdog until SIGTERM. Stopping never detaches: the pins keep the
+//! dataplane running until `detach`.
+
+use std::{
+    collections::BTreeMap,
+    future::pending,
+    process::ExitCode,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures::StreamExt;
+use rtnetlink::{constants::RTMGRP_LINK, sys::AsyncSocket, sys::SocketAddr, Handle};
+use sd_notify::NotifyState;
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    task::JoinHandle,
+    time::{interval, sleep_until, Instant as TokioInstant, MissedTickBehavior},
+};
+use v6node_config::{Config, LoadedConfig};
+
+use crate::{
+    attach::{self, Attacher, Mode},
+    bigtcp, logging, metrics,
+    paths::Paths,
+    state::{self, Reload, State},
+    tables,
+};
+
+/// Device events arrive in bursts (a veth pair is two links, then flags
+/// change); one reconcile after the burst settles does it all.
+const SETTLE: Duration = Duration::from_millis(200);
+/// A full reconcile now and then repairs what someone else removed.
+const RESYNC: Duration = Duration::from_secs(60);
+
+fn notify(states: &[NotifyState]) {
+    if let Err(e) = sd_notify::notify(false, states) {
+        log::debug!("sd_notify: {e}");
+    }
+}
+
+fn config_error(e: v6node_config::ConfigError) -> anyhow::Error {
+    anyhow!("invalid configuration: {e}")
+}
+
+struct Daemon {
+    paths: Arc<Paths>,
+    loaded: LoadedConfig,
+    state: Arc<Mutex<State>>,
+    netlink: Handle,
+    attacher: Attacher,
+    metrics: Option<(String, JoinHandle<()>)>,
+}
+
+pub fn run(paths: &Paths) -> Result<()> {
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(run_async(paths.clone(), started))
+}
+
+async fn run_async(paths: Paths, started: Instant) -> Result<()> {
+    let loaded = v6node_config::load(&paths.config_root).map_err(config_error)?;
+    logging::set_level(loaded.config.log.level.as_str());
+    check_bpffs(&paths)?;
+
+    let (mut connection, netlink, mut events) = rtnetlink::new_connection().context("opening rtnetlink")?;
+    connection
+        .socket_mut()
+        .socket_mut()
+        .bind(&SocketAddr::new(0, RTMGRP_LINK))
+        .context("subscribing to device events")?;
+    tokio::spawn(connection);
+
+    let mut attacher = Attacher::new(paths.clone());
+    attacher.verify()?;
+    let state = State {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        started_at: state::now(),
+        ..State::default()
+    };
+    let mut daemon = Daemon {
+        paths: Arc::new(paths),
+        loaded: loaded.clone(),
+        state: Arc::new(Mutex::new(state)),
+        netlink,
+        attacher,
+        metrics: None,
+    };
+    daemon.apply(&loaded).await?;
+    daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
+    let summary = daemon.summary();
+    log::info!("ready: {summary}");
+    notify(&[NotifyState::Ready, NotifyState::Status(&summary)]);
+
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut resync = interval(RESYNC);
+    resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    resync.tick().await;
+    let mut watchdog_usec = 0;
+    let mut watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec)
+        .then(|| interval(Duration::from_micros(watchdog_usec / 2)));
+    let mut settle_at: Option<TokioInstant> = None;
+
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => daemon.reload().await,
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            Some(_) = events.next() => {
+                settle_at.get_or_insert_with(|| TokioInstant::now() + SETTLE);
+            }
+            _ = async { match settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
+                settle_at = None;
+                daemon.reconcile_devices().await;
+            }
+            _ = resync.tick() => daemon.reconcile_devices().await,
+            _ = async { match watchdog.as_mut() { Some(w) => { w.tick().await; } None => pending().await } } => {
+                notify(&[NotifyState::Watchdog]);
+            }
+        }
+    }
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopped; the dataplane stays attached")]);
+    log::info!("stopping; programs stay attached through their pins");
+    Ok(())
+}
+
+/// Pins must live on a bpffs; anywhere else BPF_OBJ_PIN fails with a
+/// confusing EPERM.
+fn check_bpffs(paths: &Paths) -> Result<()> {
+    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+    let mut dir = paths.pin_dir.as_path();
+    while !dir.exists() {
+        dir = dir.parent().unwrap_or(std::path::Path::new("/"));
+    }
+    let c_dir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid NUL-terminated path and out pointer.
+    if unsafe { libc::statfs(c_dir.as_ptr(), &mut fs) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("statfs {}", dir.display()));
+    }
+    if fs.f_type as i64 != BPF_FS_MAGIC {
+        bail!(
+            "{} is not on a bpffs (mount one: mount -t bpf bpf /sys/fs/bpf)",
+            paths.pin_dir.display()
+        );
+    }
+    Ok(())
+}
+
+impl Daemon {
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        let mut state = self.state.lock().expect("state lock");
+        change(&mut state);
+        if let Err(e) = state::write(&self.paths, &state) {
+            log::warn!("{e:#}");
+        }
+    }
+
+    fn summary(&self) -> String {
+        let state = self.state.lock().expect("state lock");
+        let attached = state.attachments.iter().filter(|a| a.error.is_none()).count();
+        let failed = state.attachments.len() - attached;
+        let mut summary = format!(
+            "generation {}: {attached} attachment(s){}, {} deny prefix(es), BIG TCP on {} device(s)",
+            state.generation,
+            state.mode.map(|m| format!(" ({m:?})").to_lowercase()).unwrap_or_default(),
+            state.deny_sources.as_ref().map_or(0, |d| d.entries),
+            state.bigtcp.iter().filter(|r| r.error.is_none()).count(),
+        );
+        if failed > 0 {
+            summary.push_str(&format!(", {failed} failed"));
+        }
+        summary
+    }
+
+    async fn reload(&mut self) {
+        notify(&[NotifyState::Reloading, NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Custom(""))]);
+        let started = Instant::now();
+        let result = match v6node_config::load(&self.paths.config_root) {
+            Ok(loaded) => self.apply(&loaded).await.map(|()| loaded),
+            Err(e) => Err(config_error(e)),
+        };
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let reload = match result {
+            Ok(loaded) => {
+                self.loaded = loaded;
+                Reload { at: state::now(), ok: true, error: None, duration_ms }
+            }
+            Err(e) => {
+                let generation = self.state.lock().expect("state lock").generation;
+                log::error!("reload refused, generation {generation} stays in force: {e:#}");
+                Reload { at: state::now(), ok: false, error: Some(format!("{e:#}")), duration_ms }
+            }
+        };
+        let status = match &reload.error {
+            None => self.summary(),
+            Some(error) => format!("reload refused: {error}"),
+        };
+        if reload.ok {
+            log::info!("reloaded in {duration_ms:.1} ms: {status}");
+        }
+        self.update(|s| {
+            s.reloads += 1;
+            s.last_reload = Some(reload);
+        });
+        notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    }
+
+    fn wanted(config: &Config, patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
+        let _ = config;
+        Ok(attach::devices()?
+            .into_iter()
+            .filter(|(name, _)| patterns.iter().any(|p| p.matches(name)))
+            .collect())
+    }
+
+    /// Applies a validated configuration. Tables first, then attachments,
+    /// then device tuning, so a newly attached device filters from its first
+    /// packet.
+    async fn apply(&mut self, loaded: &LoadedConfig) -> Result<()> {
+        let config = &loaded.config;
+        let deny = tables::sync_deny(&self.paths.pin_dir, &config.filter.deny_sources)?;
+        log::info!(
+            "deny table: {} entries ({} added, {} changed, {} removed in {} µs)",
+            deny.entries, deny.inserted, deny.updated, deny.removed, deny.write_micros
+        );
+        self.update(|s| {
+            s.generation += 1;
+            s.config_files = loaded.files.clone();
+            s.config = serde_json::to_value(config).unwrap_or_default();
+            s.deny_sources = Some(deny);
+        });
+        logging::set_level(config.log.level.as_str());
+        self.loaded = loaded.clone();
+        self.reconcile_devices().await;
+        self.apply_metrics(config).await;
+        Ok(())
+    }
+
+    async fn apply_metrics(&mut self, config: &Config) {
+        let listen = config.metrics.listen.as_ref().map(|l| l.to_string()).unwrap_or_default();
+        if self.metrics.as_ref().map(|(l, _)| l.as_str()).unwrap_or("") == listen {
+            return;
+        }
+        if let Some((_, task)) = self.metrics.take() {
+            task.abort();
+        }
+        let mut error = None;
+        if let Some(target) = &config.metrics.listen {
+            match metrics::start(target, self.paths.clone(), self.state.clone()).await {
+                Ok(task) => {
+                    log::info!("metrics on {listen}");
+                    self.metrics = Some((listen.clone(), task));
+                }
+                Err(e) => {
+                    log::error!("{e:#}");
+                    error = Some(format!("{e:#}"));
+                }
+            }
+        }
+        self.update(|s| s.metrics = state::Metrics { listen, error });
+    }
+
+    /// Brings attachments and BIG TCP in line with the devices present now.
+    async fn reconcile_devices(&mut self) {
+        let config = self.loaded.config.clone();
+        let mode = Mode::resolve(config.attach.mode);
+        let previous = self.state.lock().expect("state lock").attachments.clone();
+        let attachments = match Self::wanted(&config, &config.attach.devices) {
+            Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),
+            Err(e) => {
+                log::error!("{e:#}");
+                previous
+            }
+        };
+        let mut reports = Vec::new();
+        if let Ok(wanted) = Self::wanted(&config, &config.bigtcp.devices) {
+            for (device, ifindex) in wanted {
+                let report = bigtcp::apply(&self.netlink, &device, ifindex, config.bigtcp.size).await;
+                match &report.error {
+                    Some(e) => log::error!("{device}: BIG TCP: {e}"),
+                    None if report.changed => log::info!(
+                        "{device}: BIG TCP gso/gro max size {} (asked {}, tso_max_size {})",
+                        report.target,
+                        report.requested,
+                        report.tso_max_size.map_or("unknown".into(), |v| v.to_string())
+                    ),
+                    None => {}
+                }
+                reports.push(report);
+            }
+        }
+        self.update(|s| {
+            s.mode = Some(mode);
+            s.attachments = attachments;
+            s.bigtcp = reports;
+        });
+    }
+}
+
+/// `reload`: SIGHUP to the agent, then wait until it has recorded the outcome.
+pub fn request_reload(paths: &Paths, pid: Option<i32>) -> Result<ExitCode> {
+    let before = state::read(paths)?.map_or(0, |s| s.reloads);
+    let pid = match pid {
+        Some(pid) => pid,
+        None => state::running_agent(paths).context("no running agent found (is v6node-dataplane.service active?)")? as i32,
+    };
+    // SAFETY: plain kill(2).
+    if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("signalling pid {pid}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if let Some(state) = state::read(paths)? {
+            if state.reloads > before {
+                let reload = state.last_reload.unwrap_or_default();
+                return Ok(if reload.ok {
+                    println!("reloaded: generation {} applied in {:.1} ms", state.generation, reload.duration_ms);
+                    ExitCode::SUCCESS
+                } else {
+                    eprintln!(
+                        "reload refused, generation {} stays in force: {}",
+                        state.generation,
+                        reload.error.unwrap_or_default()
+                    );
+                    ExitCode::FAILURE
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("the agent did not answer the reload within 120 s")
+}

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Prometheus text exposition of the counters and the agent's state, on
+//! the address `metrics.listen` chooses (off by default).
+
+use std::{
+    convert::Infallible,
+    fmt::Write as _,
+    sync::{Arc, Mutex},
+};
+
+use anyhow::{Context, Result};
+use http_body_util::Full;
+use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, UnixListener},
+    task::JoinHandle,
+};
+use v6node_config::MetricsListen;
+
+use crate::{counters, paths::Paths, state::State};
+
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+pub fn render(paths: &Paths, state: &State) -> String {
+    let mut out = String::new();
+    let rows = counters::read(&paths.pin_dir).unwrap_or_default();
+    for (name, help, pick) in [
+        ("v6node_dataplane_packets_total", "Packets seen by v6node's programs, by device, direction and reason (pass or a drop reason).", 0),
+        ("v6node_dataplane_bytes_total", "Bytes seen by v6node's programs, by device, direction and reason.", 1),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for row in &rows {
+            let value = if pick == 0 { row.packets } else { row.bytes };
+            let _ = writeln!(
+                out,
+                "{name}{{device=\"{}\",direction=\"{}\",reason=\"{}\"}} {value}",
+                escape(&row.device),
+                row.direction,
+                row.reason
+            );
+        }
+    }
+    let attached = state.attachments.iter().filter(|a| a.error.is_none()).count();
+    let reload_ok = state.last_reload.as_ref().is_none_or(|r| r.ok);
+    let gauges = [
+        ("v6node_dataplane_config_generation", "Configurations applied since the agent started.", state.generation as f64),
+        ("v6node_dataplane_last_reload_success", "1 if the last reload was applied, 0 if it was refused.", f64::from(u8::from(reload_ok))),
+        ("v6node_dataplane_attachments", "Device and direction pairs with a v6node program attached.", attached as f64),
+        ("v6node_dataplane_deny_sources", "Prefixes in the source deny table.", state.deny_sources.as_ref().map_or(0.0, |d| d.entries as f64)),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    }
+    let name = "v6node_dataplane_bigtcp_gso_max_size_bytes";
+    let _ = writeln!(out, "# HELP {name} GSO maximum size the agent set, by device.\n# TYPE {name} gauge");
+    for report in &state.bigtcp {
+        if let Some(size) = report.sizes.gso_max_size {
+            let _ = writeln!(out, "{name}{{device=\"{}\"}} {size}", escape(&report.device));
+        }
+    }
+    out
+}
+
+async fn serve_connection<S>(io: S, paths: Arc<Paths>, state: Arc<Mutex<State>>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let paths = paths.clone();
+        let state = state.clone();
+        async move {
+            let response = if request.uri().path() == "/metrics" {
+                let snapshot = state.lock().expect("state lock").clone();
+                Response::builder()
+                    .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                    .body(Full::new(Bytes::from(render(&paths, &snapshot))))
+            } else {
+                Response::builder().status(StatusCode::NOT_FOUND).body(Full::new(Bytes::from("try /metrics\n")))
+            };
+            Ok::<_, Infallible>(response.expect("static response parts"))
+        }
+    });
+    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(io), service).await {
+        log::debug!("metrics connection: {e}");
+    }
+}
+
+/// Binds now (so a bad address is reported at once) and serves in a task.
+pub async fn start(listen: &MetricsListen, paths: Arc<Paths>, state: Arc<Mutex<State>>) -> Result<JoinHandle<()>> {
+    Ok(match listen {
+        MetricsListen::Tcp(addr) => {
+            let listener = TcpListener::bind(addr).await.with_context(|| format!("binding metrics to {addr}"))?;
+            tokio::spawn(async move {
+                loop {
+                    if let Ok((stream, _)) = listener.accept().await {
+                        tokio::spawn(serve_connection(stream, paths.clone(), state.clone()));
+                    }
+                }
+            })
+        }
+        MetricsListen::Unix(path) => {
+            // A socket file left by an agent that was killed would make bind fail.
+            let _ = std::fs::remove_file(path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            }
+            let listener = UnixListener::bind(path).with_context(|| format!("binding metrics to {}", path.display()))?;
+            tokio::spawn(async move {
+                loop {
+                    if let Ok((stream, _)) = listener.accept().await {
+                        tokio::spawn(serve_connection(stream, paths.clone(), state.clone()));
+                    }
+                }
+            })
+        }
+    })
+}

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Where the agent keeps its pins, its runtime state and finds its config.
+//! Overridable so tests can run agents side by side in network namespaces.
+
+use std::path::PathBuf;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Paths {
+    /// bpffs directory for pinned links and maps.
+    #[arg(long, global = true, env = "V6NODE_PIN_DIR", default_value = "/sys/fs/bpf/v6node")]
+    pub pin_dir: PathBuf,
+    /// Runtime directory for the agent's state file and sockets.
+    #[arg(long, global = true, env = "V6NODE_STATE_DIR", default_value = "/run/v6node")]
+    pub state_dir: PathBuf,
+    /// Prefix for /usr/lib/v6node and /etc/v6node (configuration search root).
+    #[arg(long, global = true, env = "V6NODE_CONFIG_ROOT", default_value = "/")]
+    pub config_root: PathBuf,
+}
+
+impl Paths {
+    pub fn links_dir(&self) -> PathBuf {
+        self.pin_dir.join("links")
+    }
+
+    pub fn state_file(&self) -> PathBuf {
+        self.state_dir.join("dataplane.json")
+    }
+}

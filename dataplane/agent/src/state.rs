@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+//! What the running agent knows and `status` shows: written atomically to
+//! `<state_dir>/dataplane.json` after every change, so `status` works
+//! without talking to the agent (and after it died).
+
+use std::{
+    fs,
+    io::{ErrorKind, Write},
+    path::PathBuf,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::{attach::Attachment, attach::Mode, bigtcp, paths::Paths, tables::SyncStats};
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct State {
+    pub version: String,
+    pub pid: u32,
+    /// Seconds since the epoch.
+    pub started_at: u64,
+    /// From process start to READY=1.
+    pub ready_after_ms: Option<f64>,
+    /// Configurations applied, counting the first one.
+    pub generation: u64,
+    /// Reload requests handled, successful or not.
+    pub reloads: u64,
+    pub config_files: Vec<PathBuf>,
+    pub config: serde_json::Value,
+    pub last_reload: Option<Reload>,
+    pub mode: Option<Mode>,
+    pub attachments: Vec<Attachment>,
+    pub bigtcp: Vec<bigtcp::Report>,
+    pub deny_sources: Option<SyncStats>,
+    pub metrics: Metrics,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Reload {
+    pub at: u64,
+    pub ok: bool,
+    /// Why the configuration was refused; the running one stayed in force.
+    pub error: Option<String>,
+    pub duration_ms: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Metrics {
+    /// "" when off.
+    pub listen: String,
+    pub error: Option<String>,
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+pub fn write(paths: &Paths, state: &State) -> Result<()> {
+    fs::create_dir_all(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
+    let file = paths.state_file();
+    let tmp = file.with_extension("json.tmp");
+    let mut out = fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    serde_json::to_writer_pretty(&mut out, state)?;
+    out.write_all(b"\n")?;
+    drop(out);
+    fs::rename(&tmp, &file).with_context(|| format!("renaming {} to {}", tmp.display(), file.display()))
+}
+
+pub fn read(paths: &Paths) -> Result<Option<State>> {
+    let file = paths.state_file();
+    match fs::read(&file) {
+        Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", file.display()))?)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", file.display())),
+    }
+}
+
+/// The pid of a live agent that wrote the state file, if any.
+pub fn running_agent(paths: &Paths) -> Option<u32> {
+    let state = read(paths).ok()??;
+    let exe = fs::read_link(format!("/proc/{}/exe", state.pid)).ok()?;
+    let name = exe.file_name()?.to_string_lossy().into_owned();
+    name.starts_with("v6node-dataplane").then_some(state.pid)
+}

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `status`: what the kernel has attached and pinned (read live) next to what
+//! the agent last recorded (its state file).
+
+use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::{
+    attach::{self, Attachment, LiveLink, Mode},
+    bigtcp,
+    counters::{self, CounterRow},
+    paths::Paths,
+    state::{self, Reload},
+    tables::SyncStats,
+};
+
+#[derive(Serialize)]
+struct Status {
+    healthy: bool,
+    problems: Vec<String>,
+    agent: Agent,
+    pin_dir: PathBuf,
+    mode: Option<Mode>,
+    /// tcx links found pinned, checked against the kernel.
+    links: Vec<LiveLink>,
+    /// What the agent last did per device and direction (clsact included).
+    attachments: Vec<Attachment>,
+    bigtcp: Vec<bigtcp::Report>,
+    deny_sources: Option<SyncStats>,
+    counters: Vec<CounterRow>,
+    metrics_listen: String,
+}
+
+#[derive(Serialize)]
+struct Agent {
+    running: bool,
+    pid: Option<u32>,
+    version: Option<String>,
+    uptime_seconds: Option<u64>,
+    ready_after_ms: Option<f64>,
+    generation: Option<u64>,
+    config_files: Vec<PathBuf>,
+    last_reload: Option<Reload>,
+}
+
+fn collect(paths: &Paths) -> Result<Status> {
+    let recorded = state::read(paths)?;
+    let running = state::running_agent(paths);
+    let links = attach::live_links(paths);
+    let counters = counters::read(&paths.pin_dir).unwrap_or_default();
+    let mut problems = Vec::new();
+    if running.is_none() {
+        problems.push("agent not running".to_owned());
+    }
+    let recorded = recorded.unwrap_or_default();
+    if let Some(reload) = recorded.last_reload.as_ref().filter(|r| !r.ok) {
+        problems.push(format!("last reload refused: {}", reload.error.clone().unwrap_or_default()));
+    }
+    for link in links.iter().filter(|l| !l.attached) {
+        problems.push(format!("{}: pinned link no longer attached", link.pin.display()));
+    }
+    for a in recorded.attachments.iter().filter(|a| a.error.is_some()) {
+        problems.push(format!("{} {}: {}", a.device, a.direction.name(), a.error.as_deref().unwrap_or("")));
+    }
+    for r in recorded.bigtcp.iter().filter(|r| r.error.is_some()) {
+        problems.push(format!("{}: BIG TCP: {}", r.device, r.error.as_deref().unwrap_or("")));
+    }
+    if let Some(e) = &recorded.metrics.error {
+        problems.push(format!("metrics: {e}"));
+    }
+    let known = !recorded.version.is_empty();
+    Ok(Status {
+        healthy: problems.is_empty(),
+        problems,
+        agent: Agent {
+            running: running.is_some(),
+            pid: running,
+            version: known.then(|| recorded.version.clone()),
+            uptime_seconds: (known && running.is_some()).then(|| state::now().saturating_sub(recorded.started_at)),
+            ready_after_ms: recorded.ready_after_ms,
+            generation: known.then_some(recorded.generation),
+            config_files: recorded.config_files.clone(),
+            last_reload: recorded.last_reload.clone(),
+        },
+        pin_dir: paths.pin_dir.clone(),
+        mode: recorded.mode,
+        links,
+        attachments: recorded.attachments,
+        bigtcp: recorded.bigtcp,
+        deny_sources: recorded.deny_sources,
+        counters,
+        metrics_listen: recorded.metrics.listen,
+    })
+}
+
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut line = |cells: &[String]| {
+        let text: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let _ = writeln!(out, "  {}", text.join("  ").trim_end());
+    };
+    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    for row in rows {
+        line(row);
+    }
+}
+
+fn opt<T: ToString>(value: Option<T>) -> String {
+    value.map_or("-".into(), |v| v.to_string())
+}
+
+fn human(status: &Status) -> String {
+    let mut out = String::new();
+    let agent = &status.agent;
+    let _ = match (agent.running, agent.pid) {
+        (true, Some(pid)) => writeln!(
+            out,
+            "agent:       running (pid {pid}, v{}, up {} s, ready after {:.0} ms), config generation {}",
+            opt(agent.version.clone()),
+            opt(agent.uptime_seconds),
+            agent.ready_after_ms.unwrap_or(0.0),
+            opt(agent.generation)
+        ),
+        _ => writeln!(out, "agent:       not running; the dataplane below keeps working from its pins"),
+    };
+    let files: Vec<_> = agent.config_files.iter().map(|f| f.display().to_string()).collect();
+    let _ = writeln!(out, "config:      {}", if files.is_empty() { "built-in defaults".into() } else { files.join(", ") });
+    if let Some(reload) = &agent.last_reload {
+        let _ = match &reload.error {
+            None => writeln!(out, "last reload: applied ({:.1} ms)", reload.duration_ms),
+            Some(e) => writeln!(out, "last reload: REFUSED, running config unchanged: {e}"),
+        };
+    }
+    let _ = writeln!(out, "pins:        {} (mode {})", status.pin_dir.display(), opt(status.mode.map(|m| format!("{m:?}").to_lowercase())));
+
+    let _ = writeln!(out, "\nattached programs:");
+    let rows: Vec<Vec<String>> = status
+        .attachments
+        .iter()
+        .map(|a| {
+            let live = status.links.iter().find(|l| l.device == a.device && l.direction == a.direction);
+            vec![
+                a.device.clone(),
+                a.direction.name().into(),
+                format!("{:?}", a.mode).to_lowercase(),
+                a.direction.program().into(),
+                opt(live.and_then(|l| l.program_id).or(a.program_id)),
+                opt(live.and_then(|l| l.link_id).or(a.link_id)),
+                a.error.clone().map_or(a.action.clone(), |e| format!("FAILED: {e}")),
+            ]
+        })
+        .collect();
+    table(&mut out, &["DEVICE", "DIRECTION", "MODE", "PROGRAM", "PROG_ID", "LINK_ID", "STATE"], &rows);
+
+    let _ = writeln!(out, "\nBIG TCP (gso/gro max size, IPv6 and IPv4):");
+    let rows: Vec<Vec<String>> = status
+        .bigtcp
+        .iter()
+        .map(|r| {
+            vec![
+                r.device.clone(),
+                r.requested.to_string(),
+                opt(r.tso_max_size),
+                opt(r.sizes.gso_max_size),
+                opt(r.sizes.gro_max_size),
+                opt(r.sizes.gso_ipv4_max_size),
+                opt(r.sizes.gro_ipv4_max_size),
+                r.error.clone().unwrap_or_else(|| if r.target < r.requested { "clamped".into() } else { "ok".into() }),
+            ]
+        })
+        .collect();
+    table(&mut out, &["DEVICE", "ASKED", "TSO_MAX", "GSO", "GRO", "GSO_V4", "GRO_V4", "NOTE"], &rows);
+
+    if let Some(deny) = &status.deny_sources {
+        let _ = writeln!(out, "\ndeny table:  {} source prefixes", deny.entries);
+    }
+    let _ = writeln!(out, "\ncounters:");
+    let rows: Vec<Vec<String>> = status
+        .counters
+        .iter()
+        .map(|c| vec![c.device.clone(), c.direction.clone(), c.reason.clone(), c.packets.to_string(), c.bytes.to_string()])
+        .collect();
+    table(&mut out, &["DEVICE", "DIRECTION", "REASON", "PACKETS", "BYTES"], &rows);
+    let _ = writeln!(out, "\nmetrics:     {}", if status.metrics_listen.is_empty() { "off" } else { &status.metrics_listen });
+    if !status.problems.is_empty() {
+        let _ = writeln!(out, "\nproblems:");
+        for p in &status.problems {
+            let _ = writeln!(out, "  - {p}");
+        }
+    }
+    out
+}
+
+pub fn show(paths: &Paths, json: bool) -> Result<ExitCode> {
+    let status = collect(paths)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", human(&status));
+    }
+    Ok(if !status.agent.running {
+        ExitCode::from(3)
+    } else if status.healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

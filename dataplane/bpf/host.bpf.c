@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Entry object for the node's own devices (uplinks): attached at tc ingress
+ * and egress by the agent. Counts every packet by reason and drops IPv6
+ * packets from denied source prefixes before the stack sees them.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/counters.h"
+#include "lib/parse.h"
+
+static __always_inline int v6n_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason)
+{
+	v6n_count(skb, direction, reason);
+	/* TCX_NEXT (-1): leave the packet to later programs in the tcx chain. */
+	return reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT;
+}
+
+SEC("classifier")
+int v6n_host_ingress(struct __sk_buff *skb)
+{
+	struct ipv6hdr *ip6;
+	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
+
+	if (reason == V6N_REASON_PASS && ip6) {
+		struct v6n_lpm6_key key = { .prefixlen = 128 };
+
+		__builtin_memcpy(key.addr, &ip6->saddr, sizeof(key.addr));
+		if (bpf_map_lookup_elem(&v6n_deny_src, &key))
+			reason = V6N_REASON_DROP_DENIED_SOURCE;
+	}
+	return v6n_verdict(skb, V6N_DIRECTION_INGRESS, reason);
+}
+
+SEC("classifier")
+int v6n_host_egress(struct __sk_buff *skb)
+{
+	struct ipv6hdr *ip6;
+
+	return v6n_verdict(skb, V6N_DIRECTION_EGRESS, v6n_parse_ipv6(skb, &ip6));
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Map definitions shared by every entry object. Pinned by name so that each
+ * object, and each restart of the agent, opens the same kernel maps under the
+ * agent's pin directory instead of creating fresh, empty ones.
+ */
+#ifndef V6NODE_LIB_MAPS_H
+#define V6NODE_LIB_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <v6node/abi.h>
+
+#ifndef LIBBPF_PIN_BY_NAME
+#define LIBBPF_PIN_BY_NAME 1
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, V6N_COUNTERS_MAX);
+	__type(key, struct v6n_counter_key);
+	__type(value, struct v6n_counter_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, V6N_DENY_SRC_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* LPM tries refuse preallocation */
+	__type(key, struct v6n_lpm6_key);
+	__type(value, struct v6n_deny_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_deny_src SEC(".maps");
+
+#endif /* V6NODE_LIB_MAPS_H */

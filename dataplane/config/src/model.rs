@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The typed, validated configuration. Values of these types only come out
+//! of the validator or `Default`, so the agent can use them without checks.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use ipnet::Ipv6Net;
+use serde::{Serialize, Serializer};
+
+/// Smallest BIG TCP GSO/GRO size: anything lower is plain TCP, not BIG TCP.
+pub const BIGTCP_MIN: u32 = 65536;
+/// Largest size the kernel accepts for `gso_max_size`/`gro_max_size` (512 KiB - 8).
+pub const BIGTCP_MAX: u32 = 524280;
+pub const BIGTCP_DEFAULT: u32 = 196608;
+/// Bounds the deny map the agent has to size at load time.
+pub const DENY_SOURCES_MAX: usize = 262144;
+
+/// Interface names are at most IFNAMSIZ - 1 bytes.
+pub(crate) const IFNAME_MAX: usize = 15;
+/// `sun_path` is 108 bytes and std needs room for the terminating NUL.
+pub(crate) const UNIX_PATH_MAX: usize = 107;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Default)]
+pub struct Config {
+    pub attach: Attach,
+    pub bigtcp: BigTcp,
+    pub filter: Filter,
+    pub metrics: Metrics,
+    pub log: Log,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Attach {
+    /// Interfaces the base programs attach to, ingress and egress.
+    pub devices: Vec<DevicePattern>,
+    pub mode: AttachMode,
+}
+
+impl Default for Attach {
+    fn default() -> Self {
+        Attach {
+            devices: default_devices(),
+            mode: AttachMode::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    /// tcx where the kernel has it, clsact otherwise.
+    #[default]
+    Auto,
+    Tcx,
+    Clsact,
+}
+
+impl AttachMode {
+    pub const ALL: [AttachMode; 3] = [AttachMode::Auto, AttachMode::Tcx, AttachMode::Clsact];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::Auto => "auto",
+            AttachMode::Tcx => "tcx",
+            AttachMode::Clsact => "clsact",
+        }
+    }
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AttachMode {
+    /// A human-readable reason.
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown attach mode `{s}`; expected one of auto, tcx, clsact"))
+    }
+}
+
+/// A shell glob over interface names, e.g. `en*`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DevicePattern(glob::Pattern);
+
+impl DevicePattern {
+    /// Checks the pattern can match a Linux interface name at all, so typos
+    /// like `eth0 ` or `eth0:1` fail loudly instead of silently matching nothing.
+    pub fn new(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("empty pattern".into());
+        }
+        if s.contains('/') {
+            return Err(format!(
+                "pattern `{s}` contains `/`, which interface names cannot"
+            ));
+        }
+        if s.contains(':') {
+            return Err(format!(
+                "pattern `{s}` contains `:`, which interface names cannot"
+            ));
+        }
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "pattern `{s}` contains whitespace or a control character, which interface names cannot"
+            ));
+        }
+        if !s.contains(['*', '?', '[']) && s.len() > IFNAME_MAX {
+            return Err(format!(
+                "interface name `{s}` is {} bytes; at most {IFNAME_MAX} are possible",
+                s.len()
+            ));
+        }
+        glob::Pattern::new(s)
+            .map(DevicePattern)
+            .map_err(|e| format!("invalid glob `{s}`: {e}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    pub fn matches(&self, ifname: &str) -> bool {
+        self.0.matches(ifname)
+    }
+}
+
+impl FromStr for DevicePattern {
+    /// A human-readable reason.
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::new(s)
+    }
+}
+
+impl fmt::Display for DevicePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for DevicePattern {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+fn default_devices() -> Vec<DevicePattern> {
+    ["en*", "eth*"]
+        .into_iter()
+        .map(|p| DevicePattern::new(p).expect("built-in pattern is valid"))
+        .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BigTcp {
+    /// Interfaces whose GSO/GRO max sizes the agent raises.
+    pub devices: Vec<DevicePattern>,
+    /// Bytes, within `BIGTCP_MIN..=BIGTCP_MAX`.
+    pub size: u32,
+}
+
+impl Default for BigTcp {
+    fn default() -> Self {
+        BigTcp {
+            devices: default_devices(),
+            size: BIGTCP_DEFAULT,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
+pub struct Filter {
+    /// Source prefixes dropped at ingress, in config order, normalised and
+    /// free of duplicates.
+    #[serde(serialize_with = "serialize_displayed")]
+    pub deny_sources: Vec<Ipv6Net>,
+}
+
+fn serialize_displayed<S: Serializer>(nets: &[Ipv6Net], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(nets.iter().map(|n| n.to_string()))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
+pub struct Metrics {
+    /// `None`: no metrics endpoint.
+    #[serde(serialize_with = "serialize_listen")]
+    pub listen: Option<MetricsListen>,
+}
+
+fn serialize_listen<S: Serializer>(l: &Option<MetricsListen>, s: S) -> Result<S::Ok, S::Error> {
+    match l {
+        Some(l) => s.collect_str(l),
+        None => s.serialize_str(""),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MetricsListen {
+    /// An absolute path, at most 107 bytes.
+    Unix(PathBuf),
+    /// Port is never 0.
+    Tcp(SocketAddr),
+}
+
+/// The config form, except `""` (endpoint off), which is `Option::None`.
+impl FromStr for MetricsListen {
+    /// A human-readable reason.
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(
+                    "`unix:` needs an absolute socket path, e.g. unix:/run/v6node/metrics.sock"
+                        .into(),
+                );
+            }
+            if !path.starts_with('/') {
+                return Err(format!("unix socket path `{path}` is not absolute"));
+            }
+            if path.contains('\0') {
+                return Err("unix socket path contains a NUL byte".into());
+            }
+            if path.len() > UNIX_PATH_MAX {
+                return Err(format!(
+                    "unix socket path is {} bytes; at most {UNIX_PATH_MAX} fit in sockaddr_un",
+                    path.len()
+                ));
+            }
+            return Ok(MetricsListen::Unix(path.into()));
+        }
+        match s.parse::<SocketAddr>() {
+            Ok(a) if a.port() == 0 => {
+                Err(format!("port 0 in `{s}`; choose a fixed port such as 9462"))
+            }
+            Ok(a) => Ok(MetricsListen::Tcp(a)),
+            Err(_) => Err(format!(
+                "cannot parse `{s}`; expected \"\" (off), \"unix:/absolute/path.sock\", \
+                 or an address with a port such as \"[::1]:9462\" or \"127.0.0.1:9462\""
+            )),
+        }
+    }
+}
+
+impl fmt::Display for MetricsListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetricsListen::Unix(p) => write!(f, "unix:{}", p.display()),
+            MetricsListen::Tcp(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
+pub struct Log {
+    pub level: LogLevel,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub const ALL: [LogLevel; 5] = [
+        LogLevel::Error,
+        LogLevel::Warn,
+        LogLevel::Info,
+        LogLevel::Debug,
+        LogLevel::Trace,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LogLevel {
+    /// A human-readable reason.
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown log level `{s}`; expected one of error, warn, info, debug, trace")
+            })
+    }
+}

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Merged TOML table -> typed `Config`. Checks run in schema order, so the
+//! first error reported does not depend on the order keys appear in files.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use ipnet::Ipv6Net;
+use toml::{Table, Value};
+
+use crate::merge::Merged;
+use crate::model::*;
+use crate::ConfigError;
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+pub(crate) fn build(m: &Merged) -> Result<Config> {
+    let v = Validator { m };
+    let root = &m.table;
+    v.known_keys(root, "", &["attach", "bigtcp", "filter", "metrics", "log"])?;
+    let mut cfg = Config::default();
+
+    if let Some(t) = v.section(root, "attach", &["devices", "mode"])? {
+        if let Some(items) = v.strings(t, "attach.devices")? {
+            cfg.attach.devices = v.devices("attach.devices", &items)?;
+        }
+        if let Some(s) = v.string(t, "attach.mode")? {
+            cfg.attach.mode = s.parse().map_err(|r| v.err("attach.mode", r))?;
+        }
+    }
+
+    if let Some(t) = v.section(root, "bigtcp", &["devices", "size"])? {
+        if let Some(items) = v.strings(t, "bigtcp.devices")? {
+            cfg.bigtcp.devices = v.devices("bigtcp.devices", &items)?;
+        }
+        if let Some(n) = v.integer(t, "bigtcp.size")? {
+            cfg.bigtcp.size = u32::try_from(n)
+                .ok()
+                .filter(|n| (BIGTCP_MIN..=BIGTCP_MAX).contains(n))
+                .ok_or_else(|| {
+                    v.err(
+                        "bigtcp.size",
+                        format!("{n} is out of range; expected {BIGTCP_MIN}..={BIGTCP_MAX} bytes"),
+                    )
+                })?;
+        }
+    }
+
+    if let Some(t) = v.section(root, "filter", &["deny_sources"])? {
+        if let Some(items) = v.strings(t, "filter.deny_sources")? {
+            cfg.filter.deny_sources = v.deny_sources("filter.deny_sources", &items)?;
+        }
+    }
+
+    if let Some(t) = v.section(root, "metrics", &["listen"])? {
+        if let Some(s) = v.string(t, "metrics.listen")? {
+            cfg.metrics.listen = match s {
+                "" => None,
+                s => Some(s.parse().map_err(|r| v.err("metrics.listen", r))?),
+            };
+        }
+    }
+
+    if let Some(t) = v.section(root, "log", &["level"])? {
+        if let Some(s) = v.string(t, "log.level")? {
+            cfg.log.level = s.parse().map_err(|r| v.err("log.level", r))?;
+        }
+    }
+
+    Ok(cfg)
+}
+
+struct Validator<'a> {
+    m: &'a Merged,
+}
+
+impl Validator<'_> {
+    fn err(&self, key: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError::new(&self.m.file_for(key), Some(key.to_owned()), reason.into())
+    }
+
+    fn type_err(&self, key: &str, expected: &str, found: &Value) -> ConfigError {
+        let found = match found {
+            Value::String(_) => "a string",
+            Value::Integer(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Boolean(_) => "a boolean",
+            Value::Datetime(_) => "a datetime",
+            Value::Array(_) => "an array",
+            Value::Table(_) => "a table",
+        };
+        self.err(key, format!("expected {expected}, found {found}"))
+    }
+
+    fn known_keys(&self, t: &Table, path: &str, allowed: &[&str]) -> Result<()> {
+        match t.keys().find(|k| !allowed.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) => {
+                let key = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                Err(self.err(
+                    &key,
+                    format!("unknown key `{k}`; expected one of {}", allowed.join(", ")),
+                ))
+            }
+        }
+    }
+
+    fn section<'t>(
+        &self,
+        root: &'t Table,
+        name: &str,
+        allowed: &[&str],
+    ) -> Result<Option<&'t Table>> {
+        match root.get(name) {
+            None => Ok(None),
+            Some(Value::Table(t)) => {
+                self.known_keys(t, name, allowed)?;
+                Ok(Some(t))
+            }
+            Some(v) => Err(self.type_err(name, "a table", v)),
+        }
+    }
+
+    /// `path` is `section.key`; the key is looked up in the section table `t`.
+    fn field<'t>(t: &'t Table, path: &str) -> Option<&'t Value> {
+        t.get(path.rsplit('.').next().unwrap_or(path))
+    }
+
+    fn string<'t>(&self, t: &'t Table, path: &str) -> Result<Option<&'t str>> {
+        match Self::field(t, path) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.type_err(path, "a string", v)),
+        }
+    }
+
+    fn integer(&self, t: &Table, path: &str) -> Result<Option<i64>> {
+        match Self::field(t, path) {
+            None => Ok(None),
+            Some(Value::Integer(n)) => Ok(Some(*n)),
+            Some(Value::Float(f)) => Err(self.err(
+                path,
+                format!("expected an integer, found a float ({f}); write a whole number of bytes"),
+            )),
+            Some(v) => Err(self.type_err(path, "an integer", v)),
+        }
+    }
+
+    fn strings<'t>(&self, t: &'t Table, path: &str) -> Result<Option<Vec<&'t str>>> {
+        match Self::field(t, path) {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(s) => Ok(s.as_str()),
+                    v => Err(self.type_err(&format!("{path}[{i}]"), "a string", v)),
+                })
+                .collect::<Result<_>>()
+                .map(Some),
+            Some(v) => Err(self.type_err(path, "an array of strings", v)),
+        }
+    }
+
+    fn devices(&self, path: &str, items: &[&str]) -> Result<Vec<DevicePattern>> {
+        let mut out = Vec::with_capacity(items.len());
+        for (i, s) in items.iter().enumerate() {
+            let key = format!("{path}[{i}]");
+            out.push(DevicePattern::new(s).map_err(|r| self.err(&key, r))?);
+            if let Some(j) = items[..i].iter().position(|p| p == s) {
+                return Err(self.err(&key, format!("duplicate pattern `{s}` (also item {j})")));
+            }
+        }
+        Ok(out)
+    }
+
+    fn deny_sources(&self, path: &str, items: &[&str]) -> Result<Vec<Ipv6Net>> {
+        if items.len() > DENY_SOURCES_MAX {
+            return Err(self.err(
+                path,
+                format!(
+                    "{} prefixes; at most {DENY_SOURCES_MAX} are supported",
+                    items.len()
+                ),
+            ));
+        }
+        let mut seen = HashMap::with_capacity(items.len());
+        let mut out = Vec::with_capacity(items.len());
+        for (i, s) in items.iter().enumerate() {
+            let key = format!("{path}[{i}]");
+            let net = deny_prefix(s).map_err(|r| self.err(&key, r))?;
+            if let Some(j) = seen.insert(net, i) {
+                return Err(self.err(&key, format!("duplicate prefix {net} (also item {j})")));
+            }
+            out.push(net);
+        }
+        Ok(out)
+    }
+}
+
+fn deny_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let Some((addr, len)) = s.split_once('/') else {
+        return Err(if let Ok(a) = s.parse::<Ipv6Addr>() {
+            format!("missing prefix length; write {a}/128 for one address")
+        } else if s.parse::<Ipv4Addr>().is_ok() {
+            "IPv4 address on an IPv6-only dataplane".into()
+        } else {
+            format!("`{s}` is not an IPv6 prefix; expected e.g. 2001:db8::/32")
+        });
+    };
+    let addr: Ipv6Addr = addr.parse().map_err(|_| {
+        if addr.parse::<Ipv4Addr>().is_ok() {
+            "IPv4 prefix on an IPv6-only dataplane".to_owned()
+        } else {
+            format!("`{addr}` is not an IPv6 address; expected e.g. 2001:db8::/32")
+        }
+    })?;
+    let len = Some(len)
+        .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|l| l.parse::<u8>().ok())
+        .filter(|&l| l <= 128)
+        .ok_or_else(|| format!("prefix length `{len}` is not a number in 0..=128"))?;
+    if len == 0 {
+        return Err(format!("`{s}` would drop every packet"));
+    }
+    let net = Ipv6Net::new(addr, len).expect("length checked above");
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
