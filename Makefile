@@ -1,16 +1,28 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image test test-host test-image bench clean
+.PHONY: image dataplane test test-rust test-host test-netns test-image bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image.
 image:
 	scripts/setup-host
 	scripts/mkosi -f build
 
-## Every test tier: host-side tests, then image build and qemu boot tests.
+## The dataplane agent alone (release build, BPF embedded).
+dataplane:
+	scripts/setup-host
+	scripts/build-dataplane
+
+## Every test tier: Rust units, host scripts, the agent in network
+## namespaces, then image build and qemu boot tests.
 test:
 	tests/run
+
+test-rust:
+	tests/run rust
+
+test-netns:
+	tests/run netns
 
 test-host:
 	tests/run host

@@ -19,7 +19,7 @@ static __always_inline int v6n_verdict(struct __sk_buff *skb, __u8 direction, en
 }
 
 SEC("classifier")
-int v6n_host_ingress(struct __sk_buff *skb)
+int v6n_from_dev(struct __sk_buff *skb)
 {
 	struct ipv6hdr *ip6;
 	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
@@ -35,7 +35,7 @@ int v6n_host_ingress(struct __sk_buff *skb)
 }
 
 SEC("classifier")
-int v6n_host_egress(struct __sk_buff *skb)
+int v6n_to_dev(struct __sk_buff *skb)
 {
 	struct ipv6hdr *ip6;
 

@@ -13,8 +13,8 @@ static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 /// embedded one, to iterate on BPF code without relinking the agent.
 const HOST_OBJECT_OVERRIDE: &str = "V6NODE_DATAPLANE_HOST_OBJECT";
 
-pub const HOST_INGRESS: &str = "v6n_host_ingress";
-pub const HOST_EGRESS: &str = "v6n_host_egress";
+pub const HOST_INGRESS: &str = "v6n_from_dev";
+pub const HOST_EGRESS: &str = "v6n_to_dev";
 
 /// Loads the host object into the kernel. Maps declared pinned-by-name are
 /// opened from `pin_dir` when they exist there, so counters and tables
