@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use aya::{
     programs::{
         links::{FdLink, LinkOrder, PinnedLink},
-        loaded_programs,
+        ProgramInfo,
         tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
         Link, SchedClassifier, TcAttachType,
     },
@@ -30,7 +30,7 @@ use aya::{
 use serde::{Deserialize, Serialize};
 use v6node_config::AttachMode;
 
-use crate::{bpf, paths::Paths, state};
+use crate::{bpf, linkinfo, paths::Paths, state};
 
 /// cls_bpf priority and handle v6node's filters use in clsact mode; fixed so
 /// that a new agent finds and replaces the filters of the previous one.
@@ -138,37 +138,34 @@ fn parse_link_pin(name: &str) -> Option<(String, Direction)> {
     Some((device.to_owned(), Direction::parse(direction)?))
 }
 
-fn program_tag(id: u32) -> Option<u64> {
-    loaded_programs().flatten().find(|p| p.id() == id).map(|p| p.tag())
+fn program_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
+    paths.programs_dir().join(format!("{device}-{}", direction.name()))
 }
 
-/// A pinned tcx link, checked against what the kernel has attached.
+/// The tag of the program a link runs, read from the program pinned beside
+/// the link (no CAP_SYS_ADMIN needed, unlike a lookup by id).
+fn pinned_program_tag(paths: &Paths, device: &str, direction: Direction, program_id: u32) -> Option<u64> {
+    let info = ProgramInfo::from_pin(program_pin(paths, device, direction)).ok()?;
+    (info.id() == program_id).then(|| info.tag())
+}
+
+/// A pinned tcx link, checked against the device it should be on.
 enum PinnedState {
     Missing,
     /// The pin outlived its attachment (device deleted or renamed).
     Stale,
-    Attached { link: FdLink, link_id: u32, program_id: u32 },
+    Attached { link_id: u32, program_id: u32 },
 }
 
-fn inspect_pin(pin: &Path, device: &str, direction: Direction) -> Result<PinnedState> {
-    let pinned = match PinnedLink::from_pin(pin) {
-        Ok(pinned) => pinned,
-        Err(aya::programs::links::LinkError::SyscallError(e)) if e.io_error.kind() == ErrorKind::NotFound => {
-            return Ok(PinnedState::Missing)
+fn inspect_pin(pin: &Path, ifindex: Option<u32>) -> Result<PinnedState> {
+    match linkinfo::read(pin) {
+        Ok(info) if info.ifindex != 0 && Some(info.ifindex) == ifindex => {
+            Ok(PinnedState::Attached { link_id: info.id, program_id: info.prog_id })
         }
-        Err(e) => return Err(e).with_context(|| format!("opening pinned link {}", pin.display())),
-    };
-    let link = FdLink::from(pinned);
-    let info = link.info().with_context(|| format!("reading pinned link {}", pin.display()))?;
-    let attached = match SchedClassifier::query_tcx(device, direction.tc()) {
-        Ok((_, programs)) => programs.iter().any(|p| p.id() == info.program_id()),
-        Err(_) => false, // no such device any more
-    };
-    Ok(if attached {
-        PinnedState::Attached { link, link_id: info.id(), program_id: info.program_id() }
-    } else {
-        PinnedState::Stale
-    })
+        Ok(_) => Ok(PinnedState::Stale),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(PinnedState::Missing),
+        Err(e) => Err(e).with_context(|| format!("reading pinned link {}", pin.display())),
+    }
 }
 
 /// Reconciles attachments with the desired devices. Loads the BPF object
@@ -232,7 +229,7 @@ impl Attacher {
                     a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
                 });
                 let result = match mode {
-                    Mode::Tcx => self.attach_tcx(device, direction, known),
+                    Mode::Tcx => self.attach_tcx(device, ifindex, direction, known),
                     Mode::Clsact if known => Ok(("unchanged", None, None)),
                     Mode::Clsact => self.attach_clsact(device, direction),
                 };
@@ -267,22 +264,27 @@ impl Attacher {
     fn attach_tcx(
         &mut self,
         device: &str,
+        ifindex: u32,
         direction: Direction,
         known: bool,
     ) -> Result<(&'static str, Option<u32>, Option<u32>)> {
         let pin = link_pin(&self.paths, device, direction);
-        match inspect_pin(&pin, device, direction)? {
-            PinnedState::Attached { link, link_id, program_id } => {
-                if program_tag(program_id) == Some(self.tag(direction.program())?) {
+        let program_pin = program_pin(&self.paths, device, direction);
+        match inspect_pin(&pin, Some(ifindex))? {
+            PinnedState::Attached { link_id, program_id } => {
+                let current = pinned_program_tag(&self.paths, device, direction, program_id);
+                if current == Some(self.tag(direction.program())?) {
                     return Ok((if known { "unchanged" } else { "adopted" }, Some(program_id), Some(link_id)));
                 }
                 // A different build of the program is attached (agent upgrade,
                 // or a developer's override): swap it in place with
                 // BPF_LINK_UPDATE, which the kernel does atomically per packet.
+                let link = FdLink::from(PinnedLink::from_pin(&pin)?);
                 let program = bpf::classifier(self.ebpf()?, direction.program())?;
                 let new_id = program.info()?.id();
                 let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
                 let _: FdLink = program.take_link(id)?.try_into()?;
+                repin(program, &program_pin)?;
                 Ok(("replaced", Some(new_id), Some(link_id)))
             }
             state => {
@@ -290,8 +292,9 @@ impl Attacher {
                     log::info!("{}: removing stale pin", pin.display());
                     fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
                 }
-                let links_dir = self.paths.links_dir();
-                fs::create_dir_all(&links_dir).with_context(|| format!("creating {}", links_dir.display()))?;
+                for dir in [self.paths.links_dir(), self.paths.programs_dir()] {
+                    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                }
                 let program = bpf::classifier(self.ebpf()?, direction.program())?;
                 let program_id = program.info()?.id();
                 // First in the chain: a denied source must not reach programs
@@ -304,6 +307,7 @@ impl Attacher {
                 let link: FdLink = program.take_link(id)?.try_into()?;
                 let link_id = link.info()?.id();
                 link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
+                repin(program, &program_pin)?;
                 Ok(("attached", Some(program_id), Some(link_id)))
             }
         }
@@ -330,11 +334,13 @@ impl Attacher {
         Ok((action, Some(program_id), None))
     }
 
+    #[allow(clippy::unused_self)]
     fn remove_unwanted(&mut self, mode: Mode, wanted: &BTreeMap<String, u32>, previous: &[Attachment]) {
         for (device, direction, pin) in pinned_links(&self.paths) {
             if mode == Mode::Tcx && wanted.contains_key(&device) {
                 continue;
             }
+            let _ = fs::remove_file(program_pin(&self.paths, &device, direction));
             match fs::remove_file(&pin) {
                 Ok(()) => log::info!("{device} {}: detached (tcx)", direction.name()),
                 Err(e) => log::error!("{device} {}: cannot remove {}: {e}", direction.name(), pin.display()),
@@ -350,6 +356,16 @@ impl Attacher {
             }
         }
     }
+}
+
+/// Pins the program a link now runs beside the link, replacing the old pin.
+fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    program.pin(path).with_context(|| format!("pinning {}", path.display()))
 }
 
 fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
@@ -386,6 +402,7 @@ pub struct LiveLink {
 }
 
 pub fn live_links(paths: &Paths) -> Vec<LiveLink> {
+    let ifindexes = devices().unwrap_or_default();
     pinned_links(paths)
         .into_iter()
         .map(|(device, direction, pin)| {
@@ -399,13 +416,16 @@ pub fn live_links(paths: &Paths) -> Vec<LiveLink> {
                 tag: None,
                 attached: false,
             };
-            if let Ok(PinnedState::Attached { link_id, program_id, .. }) = inspect_pin(&pin, &device, direction) {
+            let ifindex = ifindexes.get(&device).copied();
+            if let Ok(PinnedState::Attached { link_id, program_id }) = inspect_pin(&pin, ifindex) {
                 live.attached = true;
                 live.link_id = Some(link_id);
                 live.program_id = Some(program_id);
-                if let Some(info) = loaded_programs().flatten().find(|p| p.id() == program_id) {
-                    live.program = info.name_as_str().map(str::to_owned);
-                    live.tag = Some(format!("{:016x}", info.tag()));
+                if let Ok(info) = ProgramInfo::from_pin(program_pin(paths, &device, direction)) {
+                    if info.id() == program_id {
+                        live.program = info.name_as_str().map(str::to_owned);
+                        live.tag = Some(format!("{:016x}", info.tag()));
+                    }
                 }
             }
             live
@@ -422,6 +442,7 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
     }
     let mut removed = 0;
     for (device, direction, pin) in pinned_links(paths) {
+        let _ = fs::remove_file(program_pin(paths, &device, direction));
         fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
         println!("detached {device} {} (tcx link {})", direction.name(), pin.display());
         removed += 1;
@@ -444,7 +465,13 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
             Err(e) => return Err(e).with_context(|| format!("removing {}", pin.display())),
         }
     }
-    for dir in [paths.links_dir(), paths.pin_dir.clone()] {
+    // Program pins whose link pin is gone already (an interrupted detach).
+    if let Ok(entries) = fs::read_dir(paths.programs_dir()) {
+        for entry in entries.flatten() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    for dir in [paths.links_dir(), paths.programs_dir(), paths.pin_dir.clone()] {
         match fs::remove_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}

@@ -6,6 +6,7 @@ mod bigtcp;
 mod bpf;
 mod counters;
 mod daemon;
+mod linkinfo;
 mod logging;
 mod metrics;
 mod paths;

@@ -22,6 +22,12 @@ impl Paths {
         self.pin_dir.join("links")
     }
 
+    /// Each tcx link's program, pinned beside it so its tag can be read
+    /// without CAP_SYS_ADMIN.
+    pub fn programs_dir(&self) -> PathBuf {
+        self.pin_dir.join("programs")
+    }
+
     pub fn state_file(&self) -> PathBuf {
         self.state_dir.join("dataplane.json")
     }
