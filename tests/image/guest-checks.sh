@@ -150,26 +150,62 @@ bigtcp_sizes() { # bigtcp_sizes DEV: the four limits, deduplicated
 }
 
 bigtcp_on_uplink() {
-    local tso want
-    systemctl is-active -q "v6node-bigtcp@$uplink.service" || { systemctl status "v6node-bigtcp@$uplink.service"; return 1; }
+    local tso want set
     tso=$(ip -j -d link show dev "$uplink" | jq '.[0].tso_max_size')
     want=$((tso < 196608 ? tso : 196608))
     [[ "$(bigtcp_sizes "$uplink")" == "[$want]" ]] || { echo "want $want (tso_max_size $tso), have $(bigtcp_sizes "$uplink")"; return 1; }
+    # ... and the agent reports what it set.
+    set=$(v6node-dataplane status --json | jq -c --arg d "$uplink" '.bigtcp[] | select(.device == $d) | [.target, .sizes.gso_max_size, .sizes.gro_ipv4_max_size]')
+    [[ "$set" == "[$want,$want,$want]" ]] || { echo "status reports $set"; return 1; }
     echo "$uplink: $want (tso_max_size $tso)"
+}
+
+dataplane_running() {
+    systemctl is-active -q v6node-dataplane.service || { systemctl status v6node-dataplane.service; return 1; }
+    systemctl show -P StatusText v6node-dataplane.service | grep -q '^generation 1: 2 attachment(s) (tcx)' ||
+        { systemctl show -P StatusText v6node-dataplane.service; return 1; }
+    v6node-dataplane status >/tmp/status.txt || { cat /tmp/status.txt; return 1; }
+    grep -qE "^  $uplink +ingress +tcx +v6n_from_dev " /tmp/status.txt || { cat /tmp/status.txt; return 1; }
+    head -3 /tmp/status.txt
+}
+
+dataplane_in_bpftool() {
+    local programs net
+    programs=$(bpftool prog show | grep -oE 'name v6n_[a-z_]+' | sort -u | tr '\n' ' ')
+    net=$(bpftool net show dev "$uplink" | grep -v '^$')
+    printf 'programs: %s\n%s\n' "$programs" "$net"
+    [[ "$programs" == *"name v6n_from_dev "*"name v6n_to_dev "* ]] && grep -q 'tcx/ingress v6n_from_dev' <<<"$net" &&
+        grep -q 'tcx/egress v6n_to_dev' <<<"$net"
+}
+
+dataplane_logs_for_journald() {
+    # Levels reach journald as priorities (from "<6>" prefixes); no colour codes.
+    journalctl -b -u v6node-dataplane.service -o json | jq -e -s 'map(select(.MESSAGE | type == "string" and startswith("ready:"))) | .[0].PRIORITY == "6"' >/dev/null ||
+        { journalctl -b -u v6node-dataplane.service; return 1; }
+    ! journalctl -b -u v6node-dataplane.service -o cat | grep -q $'\e\[' || { echo "colour codes in the journal"; return 1; }
 }
 
 bigtcp_on_capable_device() {
     # veth segments up to 512 KiB, so the configured size applies unclamped.
+    # Sizes go through the agent: a drop-in, then a reload.
     ip link add bt0 type veth peer name bt1 || return 1
-    local bad=0 msg
-    V6NODE_BIG_TCP_SIZE=196608 /usr/libexec/v6node/bigtcp bt0
+    local bad=0 msg dropin=/etc/v6node/dataplane.d/50-test.toml
+    mkdir -p /etc/v6node/dataplane.d
+    printf '[bigtcp]\ndevices = ["en*", "eth*", "bt*"]\n' >"$dropin"
+    systemctl reload v6node-dataplane.service || bad=1
     [[ "$(bigtcp_sizes bt0)" == "[196608]" ]] || { echo "default: $(bigtcp_sizes bt0)"; bad=1; }
-    V6NODE_BIG_TCP_SIZE=524280 /usr/libexec/v6node/bigtcp bt0
+    printf '[bigtcp]\ndevices = ["en*", "eth*", "bt*"]\nsize = 524280\n' >"$dropin"
+    systemctl reload v6node-dataplane.service || bad=1
     [[ "$(bigtcp_sizes bt0)" == "[524280]" ]] || { echo "maximum: $(bigtcp_sizes bt0)"; bad=1; }
-    # A bad setting is reported and the default used, not applied.
-    msg=$(V6NODE_BIG_TCP_SIZE=9999999 /usr/libexec/v6node/bigtcp bt0 2>&1)
-    [[ "$(bigtcp_sizes bt0)" == "[196608]" && "$msg" == *"V6NODE_BIG_TCP_SIZE=9999999 is not a size"* ]] ||
+    # A bad size fails the reload, names file and key, and changes nothing.
+    printf '[bigtcp]\ndevices = ["bt*"]\nsize = 9999999\n' >"$dropin"
+    if systemctl reload v6node-dataplane.service 2>/dev/null; then echo "bad size reloaded"; bad=1; fi
+    msg=$(v6node-dataplane status 2>&1)
+    [[ "$(bigtcp_sizes bt0)" == "[524280]" && "$msg" == *"REFUSED"*"50-test.toml: bigtcp.size: 9999999"* ]] ||
         { echo "bad setting: $(bigtcp_sizes bt0): $msg"; bad=1; }
+    systemctl is-active -q v6node-dataplane.service || { echo "agent died on a bad reload"; bad=1; }
+    rm "$dropin"
+    systemctl reload v6node-dataplane.service || bad=1
     ip link del bt0
     return $bad
 }
@@ -239,10 +275,13 @@ units_hardened() {
     # that times ten. 2.0 is what a root oneshot with only the capabilities it
     # needs can reach.
     local unit report bad=0
-    for unit in v6node-network-credentials.service "v6node-bigtcp@$uplink.service"; do
+    for unit in v6node-network-credentials.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done
+    # The agent is long-running, loads BPF and serves metrics: its floor is higher.
+    report=$(systemd-analyze security --no-pager --threshold=30 v6node-dataplane.service 2>&1) || bad=1
+    echo "v6node-dataplane.service: $(grep -o 'Overall exposure level.*' <<<"$report")"
     return $bad
 }
 
@@ -260,8 +299,11 @@ default)
     pass_if "no IPv4 address but on lo" only_lo_has_ipv4
     pass_if "uplink $uplink has a SLAAC address from the router" uplink_slaac
     pass_if "default route is IPv6, via the router" ipv6_default_route
-    pass_if "BIG TCP applied on $uplink, clamped to tso_max_size" bigtcp_on_uplink
-    pass_if "BIG TCP: 196608 and 524280 where the device allows, bad size rejected" bigtcp_on_capable_device
+    pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
+    pass_if "bpftool lists the dataplane's programs and tcx links" dataplane_in_bpftool
+    pass_if "dataplane logs carry journald priorities, no colour" dataplane_logs_for_journald
+    pass_if "BIG TCP applied on $uplink by the agent, clamped to tso_max_size" bigtcp_on_uplink
+    pass_if "BIG TCP via reload: 196608 and 524280 on veth, bad size refused" bigtcp_on_capable_device
     pass_if "/usr is read-only erofs under dm-verity" usr_read_only_verity
     pass_if "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
     pass_if "sshd runs, root has no default password" ssh_without_default_password

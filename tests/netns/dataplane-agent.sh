@@ -21,6 +21,10 @@ work=$(mktemp -d)
 root=$work/root
 export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
 agent_pid= listener_pid=
+# The agent runs with exactly the capabilities its unit grants.
+caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$top/units/v6node-dataplane.service" |
+    tr ' ' '\n' | sed 's/^CAP_/+/' | tr 'A-Z' 'a-z' | paste -sd,)
+[[ -n "$caps" ]] || { echo "Bail out! no CapabilityBoundingSet= in units/v6node-dataplane.service"; exit 1; }
 
 cleanup() {
     [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
@@ -65,7 +69,8 @@ agent_start() {
     listener_pid=$!
     for _ in $(seq 50); do grep -q listening "$work/notify.log" && break; sleep 0.1; done
     # nsenter and env exec, so $! is the agent itself (kill -9 must hit it).
-    nsenter --net="/run/netns/$node" env NOTIFY_SOCKET="$work/notify.sock" "$@" "$bin" run >>"$work/agent.log" 2>&1 &
+    nsenter --net="/run/netns/$node" env NOTIFY_SOCKET="$work/notify.sock" "$@" \
+        setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >>"$work/agent.log" 2>&1 &
     agent_pid=$!
     for _ in $(seq 200); do
         grep -q READY=1 "$work/notify.log" && return 0
@@ -93,7 +98,9 @@ pass_if "status --json: running, healthy, generation 1" \
 pass_if "status --json: node0 ingress and egress attached with tcx" \
     test "$(jq_status '[.links[] | select(.attached) | "\(.device)-\(.direction)-\(.program)"] | join(" ")')" \
     = "node0-ingress-v6n_from_dev node0-egress-v6n_to_dev"
-pass_if "bpftool prog show lists both programs" \
+pass_if "agent holds only the unit's capabilities ($caps)" \
+    test "$(awk '/^CapBnd/ {print $2}' /proc/$agent_pid/status)" = "$(setpriv --bounding-set="-all,$caps" awk '/^CapBnd/ {print $2}' /proc/self/status)"
+pass_if "bpftool prog show lists both programs by name" \
     bash -c "bpftool prog show | grep -q 'name v6n_from_dev' && bpftool prog show | grep -q 'name v6n_to_dev'"
 # (Debian 12's bpftool predates tcx in "net show", so links are checked by id.)
 links_in_bpftool() { # every link status reports is in bpftool link show, with its program
@@ -148,8 +155,7 @@ pass_if "iperf3 stream never stalled: every second carried data" \
 # --- program replacement (upgrade) ------------------------------------------------
 # A build of the same program with different code: what an agent upgrade
 # brings. -mcpu=v3 changes the instructions, hence the tag.
-clang -target bpf -mcpu=v3 -O2 -g -I"$top/dataplane/bpf/include" -I"$top/dataplane/bpf" \
-    -I"/usr/include/$(gcc -print-multiarch)" -c "$top/dataplane/bpf/host.bpf.c" -o "$work/host-v3.bpf.o"
+"$top/dataplane/bpf/cc" "$top/dataplane/bpf/host.bpf.c" "$work/host-v3.bpf.o" -mcpu=v3
 old_prog=$(jq_status '.links[] | select(.direction == "ingress") | .program_id')
 in_peer ping -f -q -c 20000 fd00:6e::2 >"$work/flood.log" 2>&1 &
 flood=$!
