@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image dataplane test test-rust test-host test-netns test-image bench clean
+.PHONY: image dataplane test test-rust test-bpf test-host test-netns test-image bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image.
 image:
@@ -21,6 +21,9 @@ test:
 test-rust:
 	tests/run rust
 
+test-bpf:
+	tests/run bpf
+
 test-netns:
 	tests/run netns
 
@@ -30,8 +33,10 @@ test-host:
 test-image:
 	tests/run image
 
-## Build and boot figures (not tests); recorded in tests/bench/RESULTS.md.
+## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
+## agent against bpftool, then the image's build and boot against stock.
 bench:
+	tests/bench/dataplane
 	tests/bench/image
 
 clean:

@@ -118,6 +118,21 @@ pass_if "human status names the device and the program" bash -c "nsenter --net=/
 pass_if "ping through the attached device" pings 5
 pass_if "ingress pass counter counted the pings" test "$(counter ingress pass)" -ge 5
 
+# A frame that says IPv6 but stops half way through the header: the stack
+# would drop it too, but only tc sees it first (BPF_PROG_TEST_RUN refuses it).
+send_runt() {
+    nsenter --net="/run/netns/$peer" python3 -c '
+import socket
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("peer0", 0))
+for _ in range(3):
+    s.send(bytes.fromhex("ffffffffffff020000000001" "86dd") + bytes([0x60]) + bytes(19))'
+}
+malformed_before=$(counter ingress malformed)
+send_runt
+pass_if "a truncated IPv6 header is dropped and counted as malformed" \
+    test "$(counter ingress malformed)" = $((malformed_before + 3))
+
 # --- SIGKILL under load, adoption ------------------------------------------------
 links_before=$(jq_status '[.links[] | "\(.direction)=\(.link_id)"] | join(",")')
 before=$(counter ingress pass)
