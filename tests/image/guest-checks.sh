@@ -178,6 +178,24 @@ dataplane_in_bpftool() {
         grep -q 'tcx/egress v6n_to_dev' <<<"$net"
 }
 
+dataplane_survives_sigkill() {
+    # systemd restarts it (Restart=on-failure); the new agent adopts the pinned
+    # links, so their ids stay.
+    local before after
+    before=$(bpftool -j net show dev "$uplink" | jq -c '[.[0].tcx[] | .link_id]')
+    systemctl kill -s SIGKILL v6node-dataplane.service
+    for _ in $(seq 60); do
+        sleep 0.5
+        [[ "$(systemctl show -P NRestarts v6node-dataplane.service)" -ge 1 ]] &&
+            systemctl is-active -q v6node-dataplane.service && break
+    done
+    after=$(bpftool -j net show dev "$uplink" | jq -c '[.[0].tcx[] | .link_id]')
+    echo "links before $before, after $after"
+    systemctl is-active -q v6node-dataplane.service || { systemctl status v6node-dataplane.service; return 1; }
+    [[ "$before" != "[]" && "$before" == "$after" ]] &&
+        journalctl -b -u v6node-dataplane.service -o cat | grep -q "$uplink ingress: adopted"
+}
+
 dataplane_logs_for_journald() {
     # Levels reach journald as priorities (from "<6>" prefixes); no colour codes.
     journalctl -b -u v6node-dataplane.service -o json | jq -e -s 'map(select(.MESSAGE | type == "string" and startswith("ready:"))) | .[0].PRIORITY == "6"' >/dev/null ||
@@ -302,6 +320,7 @@ default)
     pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
     pass_if "bpftool lists the dataplane's programs and tcx links" dataplane_in_bpftool
     pass_if "dataplane logs carry journald priorities, no colour" dataplane_logs_for_journald
+    pass_if "SIGKILL: systemd restarts the agent, which adopts the same links" dataplane_survives_sigkill
     pass_if "BIG TCP applied on $uplink by the agent, clamped to tso_max_size" bigtcp_on_uplink
     pass_if "BIG TCP via reload: 196608 and 524280 on veth, bad size refused" bigtcp_on_capable_device
     pass_if "/usr is read-only erofs under dm-verity" usr_read_only_verity

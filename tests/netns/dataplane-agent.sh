@@ -68,8 +68,10 @@ agent_start() {
         "$V6NODE_PIN_DIR/links/node0-egress" >"$work/notify.log" &
     listener_pid=$!
     for _ in $(seq 50); do grep -q listening "$work/notify.log" && break; sleep 0.1; done
-    # nsenter and env exec, so $! is the agent itself (kill -9 must hit it).
-    nsenter --net="/run/netns/$node" env NOTIFY_SOCKET="$work/notify.sock" "$@" \
+    # Every step execs, so $! is the agent itself (kill -9 must hit it) and
+    # WATCHDOG_PID=$$ names it, as systemd would.
+    bash -c 'export WATCHDOG_PID=$$; exec "$@"' _ \
+        nsenter --net="/run/netns/$node" env NOTIFY_SOCKET="$work/notify.sock" "$@" \
         setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >>"$work/agent.log" 2>&1 &
     agent_pid=$!
     for _ in $(seq 200); do
@@ -185,6 +187,13 @@ pass_if "ping flood across the replacement: 0% loss" grep -q ' 0% packet loss' "
 agent_kill9
 agent_start
 
+# --- watchdog -----------------------------------------------------------------------
+agent_kill9
+agent_start WATCHDOG_USEC=200000
+sleep 1
+pass_if "with WatchdogSec=0.2s the agent pings the watchdog every 0.1 s" \
+    test "$(grep -c 'WATCHDOG=1' "$work/notify.log")" -ge 6
+
 # --- reload ------------------------------------------------------------------------
 echo 'filter.deny_sources = ["fd00:6e::1/128", "2001:db8::/32"]' >"$root/etc/v6node/dataplane.d/50-deny.toml"
 denied_before=$(counter ingress denied_source)
@@ -216,6 +225,12 @@ pass_if "BIG TCP raised to 524280 by the reload" bash -c "ip -n $node -d link sh
 # --- metrics, hotplug --------------------------------------------------------------
 pass_if "metrics on the unix socket: packets_total for node0 ingress pass" \
     bash -c "curl -sf --unix-socket $work/metrics.sock http://node/metrics | grep -E '^v6node_dataplane_packets_total\{device=\"node0\",direction=\"ingress\",reason=\"pass\"\} [1-9]'"
+printf '[metrics]\nlisten = "[::1]:9462"\n' >"$root/etc/v6node/dataplane.d/70-tcp.toml"
+in_node "$bin" reload >/dev/null
+pass_if "metrics over TCP on [::1]:9462 after a reload" \
+    bash -c "nsenter --net=/run/netns/$node curl -sf 'http://[::1]:9462/metrics' | grep -q '^v6node_dataplane_config_generation '"
+rm "$root/etc/v6node/dataplane.d/70-tcp.toml"
+in_node "$bin" reload >/dev/null
 pass_if "metrics: 404 off /metrics" bash -c "test \"\$(curl -s -o /dev/null -w '%{http_code}' --unix-socket $work/metrics.sock http://node/)\" = 404"
 ip -n "$node" link add node1 type veth peer name other1
 ip -n "$node" link set node1 up

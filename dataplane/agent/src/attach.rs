@@ -183,10 +183,10 @@ impl Attacher {
         Attacher { paths, ebpf: None, tags: BTreeMap::new() }
     }
 
-    /// Loads the object once to verify it and learn its program tags.
+    /// Loads the object to verify it and learn its program tags; the first
+    /// reconcile reuses it, then lets it go.
     pub fn verify(&mut self) -> Result<()> {
         self.ebpf()?;
-        self.release();
         Ok(())
     }
 

@@ -27,7 +27,11 @@ pub fn load_host(pin_dir: &Path) -> Result<Ebpf> {
         }
         None => Cow::Borrowed(HOST_OBJECT),
     };
+    // No CO-RE relocations in these objects (tc programs see the kernel only
+    // through __sk_buff, which the verifier rewrites), so the kernel's BTF is
+    // not needed: parsing it would be most of the agent's start time.
     let mut ebpf = EbpfLoader::new()
+        .btf(None)
         .default_map_pin_directory(pin_dir)
         .load(&bytes)
         .context("loading the host BPF object")?;

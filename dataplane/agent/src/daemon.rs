@@ -234,7 +234,6 @@ impl Daemon {
         self.update(|s| {
             s.generation += 1;
             s.config_files = loaded.files.clone();
-            s.config = serde_json::to_value(config).unwrap_or_default();
             s.deny_sources = Some(deny);
         });
         logging::set_level(config.log.level.as_str());

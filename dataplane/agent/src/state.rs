@@ -5,7 +5,7 @@
 
 use std::{
     fs,
-    io::{ErrorKind, Write},
+    io::ErrorKind,
     path::PathBuf,
     time::{SystemTime, UNIX_EPOCH},
 };
@@ -28,7 +28,6 @@ pub struct State {
     /// Reload requests handled, successful or not.
     pub reloads: u64,
     pub config_files: Vec<PathBuf>,
-    pub config: serde_json::Value,
     pub last_reload: Option<Reload>,
     pub mode: Option<Mode>,
     pub attachments: Vec<Attachment>,
@@ -61,10 +60,10 @@ pub fn write(paths: &Paths, state: &State) -> Result<()> {
     fs::create_dir_all(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
     let file = paths.state_file();
     let tmp = file.with_extension("json.tmp");
-    let mut out = fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-    serde_json::to_writer_pretty(&mut out, state)?;
-    out.write_all(b"\n")?;
-    drop(out);
+    // One write: the file is rewritten after every change.
+    let mut bytes = serde_json::to_vec_pretty(state)?;
+    bytes.push(b'\n');
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     fs::rename(&tmp, &file).with_context(|| format!("renaming {} to {}", tmp.display(), file.display()))
 }
 
