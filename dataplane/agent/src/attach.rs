@@ -482,3 +482,26 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
     println!("{removed} attachment(s) removed; {} is gone", paths.pin_dir.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_pin_names_round_trip_even_with_dashes_and_dots_in_device_names() {
+        let paths = Paths { pin_dir: "/p".into(), state_dir: "/s".into(), config_root: "/".into() };
+        for device in ["eth0", "br-lan", "eth0.100", "en-p-1"] {
+            for direction in Direction::BOTH {
+                let pin = link_pin(&paths, device, direction);
+                let name = pin.file_name().unwrap().to_str().unwrap();
+                assert_eq!(parse_link_pin(name), Some((device.to_owned(), direction)));
+            }
+        }
+    }
+
+    #[test]
+    fn foreign_files_in_the_links_directory_are_not_ours() {
+        assert_eq!(parse_link_pin("eth0"), None);
+        assert_eq!(parse_link_pin("eth0-sideways"), None);
+    }
+}

@@ -119,3 +119,24 @@ pub async fn start(listen: &MetricsListen, paths: Arc<Paths>, state: Arc<Mutex<S
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped_for_the_text_format() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_even_with_no_counters() {
+        let paths = Paths { pin_dir: "/nonexistent".into(), state_dir: "/s".into(), config_root: "/".into() };
+        let text = render(&paths, &State::default());
+        for family in ["v6node_dataplane_packets_total", "v6node_dataplane_config_generation", "v6node_dataplane_last_reload_success"] {
+            assert!(text.contains(&format!("# TYPE {family} ")), "{family} in\n{text}");
+        }
+        assert!(text.contains("v6node_dataplane_last_reload_success 1\n"));
+    }
+}
