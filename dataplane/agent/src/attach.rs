@@ -334,7 +334,6 @@ impl Attacher {
         Ok((action, Some(program_id), None))
     }
 
-    #[allow(clippy::unused_self)]
     fn remove_unwanted(&mut self, mode: Mode, wanted: &BTreeMap<String, u32>, previous: &[Attachment]) {
         for (device, direction, pin) in pinned_links(&self.paths) {
             if mode == Mode::Tcx && wanted.contains_key(&device) {

@@ -181,7 +181,11 @@ impl Daemon {
     }
 
     async fn reload(&mut self) {
-        notify(&[NotifyState::Reloading, NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Custom(""))]);
+        // systemd 253+ wants the monotonic time with RELOADING=1.
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => notify(&[NotifyState::Reloading, now]),
+            Err(_) => notify(&[NotifyState::Reloading]),
+        }
         let started = Instant::now();
         let result = match v6node_config::load(&self.paths.config_root) {
             Ok(loaded) => self.apply(&loaded).await.map(|()| loaded),
@@ -213,8 +217,8 @@ impl Daemon {
         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     }
 
-    fn wanted(config: &Config, patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
-        let _ = config;
+    /// The devices present now whose names match one of `patterns`.
+    fn wanted(patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
         Ok(attach::devices()?
             .into_iter()
             .filter(|(name, _)| patterns.iter().any(|p| p.matches(name)))
@@ -272,7 +276,7 @@ impl Daemon {
         let config = self.loaded.config.clone();
         let mode = Mode::resolve(config.attach.mode);
         let previous = self.state.lock().expect("state lock").attachments.clone();
-        let attachments = match Self::wanted(&config, &config.attach.devices) {
+        let attachments = match Self::wanted(&config.attach.devices) {
             Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),
             Err(e) => {
                 log::error!("{e:#}");
@@ -280,7 +284,7 @@ impl Daemon {
             }
         };
         let mut reports = Vec::new();
-        if let Ok(wanted) = Self::wanted(&config, &config.bigtcp.devices) {
+        if let Ok(wanted) = Self::wanted(&config.bigtcp.devices) {
             for (device, ifindex) in wanted {
                 let report = bigtcp::apply(&self.netlink, &device, ifindex, config.bigtcp.size).await;
                 match &report.error {
