@@ -2,8 +2,6 @@
 //! Types shared with v6node's BPF programs, generated from `abi.h` by bindgen.
 //! Map names are the ones the C side declares and pins.
 
-#![allow(non_camel_case_types, non_upper_case_globals, clippy::all)]
-
 mod generated {
     #![allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
     include!(concat!(env!("OUT_DIR"), "/abi.rs"));

@@ -93,6 +93,40 @@ impl Mode {
     }
 }
 
+/// What reconciling one device and direction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// A new link or filter.
+    Attached,
+    /// A pinned link from an earlier agent, running the same program.
+    Adopted,
+    /// An existing link or filter, given this agent's build of the program.
+    Replaced,
+    /// Already handled by this agent.
+    Unchanged,
+    Failed,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Action::Attached => "attached",
+            Action::Adopted => "adopted",
+            Action::Replaced => "replaced",
+            Action::Unchanged => "unchanged",
+            Action::Failed => "failed",
+        })
+    }
+}
+
+/// An attach step's action and the ids it left in force.
+struct Outcome {
+    action: Action,
+    program_id: Option<u32>,
+    link_id: Option<u32>,
+}
+
 /// What reconciling one device and direction did, as `status` reports it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Attachment {
@@ -100,8 +134,7 @@ pub struct Attachment {
     pub ifindex: u32,
     pub direction: Direction,
     pub mode: Mode,
-    /// adopted, attached, replaced, unchanged or failed
-    pub action: String,
+    pub action: Action,
     pub program_id: Option<u32>,
     pub link_id: Option<u32>,
     pub error: Option<String>,
@@ -225,31 +258,31 @@ impl Attacher {
         let mut report = Vec::new();
         for (device, &ifindex) in wanted {
             for direction in Direction::BOTH {
-                let known = previous.iter().any(|a| {
+                let known = previous.iter().find(|a| {
                     a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
                 });
-                let result = match mode {
-                    Mode::Tcx => self.attach_tcx(device, ifindex, direction, known),
-                    Mode::Clsact if known => Ok(("unchanged", None, None)),
-                    Mode::Clsact => self.attach_clsact(device, direction),
+                let result = match (mode, known) {
+                    (Mode::Tcx, _) => self.attach_tcx(device, ifindex, direction, known.is_some()),
+                    (Mode::Clsact, Some(known)) => Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None }),
+                    (Mode::Clsact, None) => self.attach_clsact(device, direction),
                 };
-                let (action, program_id, link_id, error) = match result {
-                    Ok((action, program_id, link_id)) => (action, program_id, link_id, None),
-                    Err(e) => ("failed", None, None, Some(format!("{e:#}"))),
+                let (outcome, error) = match result {
+                    Ok(outcome) => (outcome, None),
+                    Err(e) => (Outcome { action: Action::Failed, program_id: None, link_id: None }, Some(format!("{e:#}"))),
                 };
                 if let Some(error) = &error {
                     log::error!("{device} {}: {error}", direction.name());
-                } else if action != "unchanged" {
-                    log::info!("{device} {}: {action} ({mode:?})", direction.name());
+                } else if outcome.action != Action::Unchanged {
+                    log::info!("{device} {}: {} ({mode:?})", direction.name(), outcome.action);
                 }
                 report.push(Attachment {
                     device: device.clone(),
                     ifindex,
                     direction,
                     mode,
-                    action: action.into(),
-                    program_id,
-                    link_id,
+                    action: outcome.action,
+                    program_id: outcome.program_id,
+                    link_id: outcome.link_id,
                     error,
                 });
             }
@@ -267,14 +300,15 @@ impl Attacher {
         ifindex: u32,
         direction: Direction,
         known: bool,
-    ) -> Result<(&'static str, Option<u32>, Option<u32>)> {
+    ) -> Result<Outcome> {
         let pin = link_pin(&self.paths, device, direction);
         let program_pin = program_pin(&self.paths, device, direction);
         match inspect_pin(&pin, Some(ifindex))? {
             PinnedState::Attached { link_id, program_id } => {
                 let current = pinned_program_tag(&self.paths, device, direction, program_id);
                 if current == Some(self.tag(direction.program())?) {
-                    return Ok((if known { "unchanged" } else { "adopted" }, Some(program_id), Some(link_id)));
+                    let action = if known { Action::Unchanged } else { Action::Adopted };
+                    return Ok(Outcome { action, program_id: Some(program_id), link_id: Some(link_id) });
                 }
                 // A different build of the program is attached (agent upgrade,
                 // or a developer's override): swap it in place with
@@ -285,7 +319,7 @@ impl Attacher {
                 let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
                 let _: FdLink = program.take_link(id)?.try_into()?;
                 repin(program, &program_pin)?;
-                Ok(("replaced", Some(new_id), Some(link_id)))
+                Ok(Outcome { action: Action::Replaced, program_id: Some(new_id), link_id: Some(link_id) })
             }
             state => {
                 if matches!(state, PinnedState::Stale) {
@@ -308,12 +342,12 @@ impl Attacher {
                 let link_id = link.info()?.id();
                 link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
                 repin(program, &program_pin)?;
-                Ok(("attached", Some(program_id), Some(link_id)))
+                Ok(Outcome { action: Action::Attached, program_id: Some(program_id), link_id: Some(link_id) })
             }
         }
     }
 
-    fn attach_clsact(&mut self, device: &str, direction: Direction) -> Result<(&'static str, Option<u32>, Option<u32>)> {
+    fn attach_clsact(&mut self, device: &str, direction: Direction) -> Result<Outcome> {
         // Fails with EEXIST when the qdisc is there already; any other
         // failure shows up as the attach error below.
         let _ = tc::qdisc_add_clsact(device);
@@ -321,17 +355,17 @@ impl Attacher {
         let program_id = program.info()?.id();
         let options = NlOptions { priority: CLSACT_PRIORITY, handle: TcHandle::from(CLSACT_HANDLE), classid: None };
         let (action, id) = match program.attach_with_options(device, direction.tc(), TcAttachOptions::Netlink(options)) {
-            Ok(id) => ("attached", id),
+            Ok(id) => (Action::Attached, id),
             Err(_) => {
                 // Our filter is there from a previous agent: cls_bpf swaps the
                 // program of an existing filter atomically.
                 let existing = SchedClassifierLink::attached(device, direction.tc(), CLSACT_PRIORITY, TcHandle::from(CLSACT_HANDLE), None)?;
-                ("replaced", program.attach_to_link(existing)?)
+                (Action::Replaced, program.attach_to_link(existing)?)
             }
         };
         // Dropping a netlink link detaches it: the filter must outlive us.
         std::mem::forget(program.take_link(id)?);
-        Ok((action, Some(program_id), None))
+        Ok(Outcome { action, program_id: Some(program_id), link_id: None })
     }
 
     fn remove_unwanted(&mut self, mode: Mode, wanted: &BTreeMap<String, u32>, previous: &[Attachment]) {

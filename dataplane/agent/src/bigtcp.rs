@@ -117,6 +117,7 @@ async fn apply_inner(handle: &Handle, report: &mut Report) -> Result<()> {
             .with_context(|| format!("setting GSO/GRO sizes to {target}"))?;
         report.changed = true;
     }
-    report.sizes = sizes(&get(handle, report.ifindex).await?).0;
+    // Read back what the kernel kept, only if something was asked of it.
+    report.sizes = if report.changed { sizes(&get(handle, report.ifindex).await?).0 } else { before };
     Ok(())
 }

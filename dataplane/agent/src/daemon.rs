@@ -188,15 +188,12 @@ impl Daemon {
         }
         let started = Instant::now();
         let result = match v6node_config::load(&self.paths.config_root) {
-            Ok(loaded) => self.apply(&loaded).await.map(|()| loaded),
+            Ok(loaded) => self.apply(&loaded).await,
             Err(e) => Err(config_error(e)),
         };
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         let reload = match result {
-            Ok(loaded) => {
-                self.loaded = loaded;
-                Reload { at: state::now(), ok: true, error: None, duration_ms }
-            }
+            Ok(()) => Reload { at: state::now(), ok: true, error: None, duration_ms },
             Err(e) => {
                 let generation = self.state.lock().expect("state lock").generation;
                 log::error!("reload refused, generation {generation} stays in force: {e:#}");
@@ -300,11 +297,19 @@ impl Daemon {
                 reports.push(report);
             }
         }
-        self.update(|s| {
-            s.mode = Some(mode);
-            s.attachments = attachments;
-            s.bigtcp = reports;
-        });
+        // Link events and the periodic resync mostly find nothing new; the
+        // state file is rewritten only when something did change.
+        let same = {
+            let state = self.state.lock().expect("state lock");
+            state.mode == Some(mode) && state.attachments == attachments && state.bigtcp == reports
+        };
+        if !same {
+            self.update(|s| {
+                s.mode = Some(mode);
+                s.attachments = attachments;
+                s.bigtcp = reports;
+            });
+        }
     }
 }
 

@@ -153,7 +153,7 @@ fn human(status: &Status) -> String {
                 a.direction.program().into(),
                 opt(live.and_then(|l| l.program_id).or(a.program_id)),
                 opt(live.and_then(|l| l.link_id).or(a.link_id)),
-                a.error.clone().map_or(a.action.clone(), |e| format!("FAILED: {e}")),
+                a.error.clone().map_or(a.action.to_string(), |e| format!("FAILED: {e}")),
             ]
         })
         .collect();

@@ -10,6 +10,43 @@ use std::str::FromStr;
 use ipnet::Ipv6Net;
 use serde::{Serialize, Serializer};
 
+/// `ALL`, `as_str`, Display and FromStr for a setting spelled as one of a
+/// few keywords; the error lists them.
+macro_rules! keywords {
+    ($ty:ident, $what:literal, { $($variant:ident => $word:literal),+ $(,)? }) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $word),+
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            /// A human-readable reason.
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| {
+                    format!(
+                        concat!("unknown ", $what, " `{}`; expected one of {}"),
+                        s,
+                        [$($word),+].join(", ")
+                    )
+                })
+            }
+        }
+    };
+}
+
 /// Smallest BIG TCP GSO/GRO size: anything lower is plain TCP, not BIG TCP.
 pub const BIGTCP_MIN: u32 = 65536;
 /// Largest size the kernel accepts for `gso_max_size`/`gro_max_size` (512 KiB - 8).
@@ -58,35 +95,7 @@ pub enum AttachMode {
     Clsact,
 }
 
-impl AttachMode {
-    pub const ALL: [AttachMode; 3] = [AttachMode::Auto, AttachMode::Tcx, AttachMode::Clsact];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttachMode::Auto => "auto",
-            AttachMode::Tcx => "tcx",
-            AttachMode::Clsact => "clsact",
-        }
-    }
-}
-
-impl fmt::Display for AttachMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for AttachMode {
-    /// A human-readable reason.
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown attach mode `{s}`; expected one of auto, tcx, clsact"))
-    }
-}
+keywords!(AttachMode, "attach mode", { Auto => "auto", Tcx => "tcx", Clsact => "clsact" });
 
 /// A shell glob over interface names, e.g. `en*`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -278,42 +287,10 @@ pub enum LogLevel {
     Trace,
 }
 
-impl LogLevel {
-    pub const ALL: [LogLevel; 5] = [
-        LogLevel::Error,
-        LogLevel::Warn,
-        LogLevel::Info,
-        LogLevel::Debug,
-        LogLevel::Trace,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Error => "error",
-            LogLevel::Warn => "warn",
-            LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
-            LogLevel::Trace => "trace",
-        }
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for LogLevel {
-    /// A human-readable reason.
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|l| l.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown log level `{s}`; expected one of error, warn, info, debug, trace")
-            })
-    }
-}
+keywords!(LogLevel, "log level", {
+    Error => "error",
+    Warn => "warn",
+    Info => "info",
+    Debug => "debug",
+    Trace => "trace",
+});
