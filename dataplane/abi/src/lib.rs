@@ -9,8 +9,10 @@ mod generated {
 
 pub use generated::{
     v6n_counter_key as CounterKey, v6n_counter_value as CounterValue,
-    v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_lpm6_key as Lpm6Key,
+    v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_eam_value as EamValue,
+    v6n_lpm4_key as Lpm4Key, v6n_lpm6_key as Lpm6Key, v6n_nat64_config as Nat64Config,
     v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX, V6N_DENY_SRC_MAX as DENY_SRC_MAX,
+    V6N_EAM_MAX as EAM_MAX,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -19,12 +21,19 @@ unsafe impl aya::Pod for CounterKey {}
 unsafe impl aya::Pod for CounterValue {}
 unsafe impl aya::Pod for Lpm6Key {}
 unsafe impl aya::Pod for DenyValue {}
+unsafe impl aya::Pod for Nat64Config {}
+unsafe impl aya::Pod for Lpm4Key {}
+unsafe impl aya::Pod for EamValue {}
 
 /// Names of the maps as declared in `bpf/lib/maps.h` (and pinned under them).
 pub mod maps {
     pub const COUNTERS: &str = "v6n_counters";
     pub const DENY_SRC: &str = "v6n_deny_src";
-    pub const ALL: &[&str] = &[COUNTERS, DENY_SRC];
+    /// Declared in `bpf/lib/nat64.h`, used by the translator only.
+    pub const NAT64_CONFIG: &str = "v6n_nat64_cfg";
+    pub const EAM6: &str = "v6n_eam6";
+    pub const EAM4: &str = "v6n_eam4";
+    pub const ALL: &[&str] = &[COUNTERS, DENY_SRC, NAT64_CONFIG, EAM6, EAM4];
 }
 
 impl Reason {
@@ -32,6 +41,12 @@ impl Reason {
         Reason::V6N_REASON_PASS,
         Reason::V6N_REASON_DROP_MALFORMED,
         Reason::V6N_REASON_DROP_DENIED_SOURCE,
+        Reason::V6N_REASON_XLAT_FORWARDED,
+        Reason::V6N_REASON_XLAT_TO_STACK,
+        Reason::V6N_REASON_DROP_HOP_LIMIT,
+        Reason::V6N_REASON_DROP_TOO_BIG,
+        Reason::V6N_REASON_DROP_UNMAPPED,
+        Reason::V6N_REASON_DROP_UNTRANSLATABLE,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -40,6 +55,12 @@ impl Reason {
             Reason::V6N_REASON_PASS => "pass",
             Reason::V6N_REASON_DROP_MALFORMED => "malformed",
             Reason::V6N_REASON_DROP_DENIED_SOURCE => "denied_source",
+            Reason::V6N_REASON_XLAT_FORWARDED => "translated",
+            Reason::V6N_REASON_XLAT_TO_STACK => "translated_to_stack",
+            Reason::V6N_REASON_DROP_HOP_LIMIT => "hop_limit_exceeded",
+            Reason::V6N_REASON_DROP_TOO_BIG => "too_big",
+            Reason::V6N_REASON_DROP_UNMAPPED => "unmapped_source",
+            Reason::V6N_REASON_DROP_UNTRANSLATABLE => "untranslatable",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -49,7 +70,10 @@ impl Reason {
     }
 
     pub fn is_drop(self) -> bool {
-        self != Reason::V6N_REASON_PASS
+        !matches!(
+            self,
+            Reason::V6N_REASON_PASS | Reason::V6N_REASON_XLAT_FORWARDED | Reason::V6N_REASON_XLAT_TO_STACK
+        )
     }
 }
 
@@ -58,7 +82,20 @@ impl Direction {
         match self {
             Direction::V6N_DIRECTION_INGRESS => "ingress",
             Direction::V6N_DIRECTION_EGRESS => "egress",
+            Direction::V6N_DIRECTION_XLAT_6TO4 => "6to4",
+            Direction::V6N_DIRECTION_XLAT_4TO6 => "4to6",
         }
+    }
+
+    pub fn from_u8(value: u8) -> Option<Direction> {
+        [
+            Direction::V6N_DIRECTION_INGRESS,
+            Direction::V6N_DIRECTION_EGRESS,
+            Direction::V6N_DIRECTION_XLAT_6TO4,
+            Direction::V6N_DIRECTION_XLAT_4TO6,
+        ]
+        .into_iter()
+        .find(|d| *d as u8 == value)
     }
 }
 
@@ -92,5 +129,8 @@ mod tests {
         // The C side relies on these sizes having no implicit padding.
         assert_eq!(std::mem::size_of::<CounterKey>(), 8);
         assert_eq!(std::mem::size_of::<Lpm6Key>(), 20);
+        assert_eq!(std::mem::size_of::<Lpm4Key>(), 8);
+        assert_eq!(std::mem::size_of::<EamValue>(), 28);
+        assert_eq!(std::mem::size_of::<Nat64Config>(), 20);
     }
 }

@@ -15,12 +15,21 @@ enum v6n_reason {
 	V6N_REASON_PASS = 0,
 	V6N_REASON_DROP_MALFORMED = 1,     /* shorter than its headers claim */
 	V6N_REASON_DROP_DENIED_SOURCE = 2, /* source in filter.deny_sources */
+	/* NAT46/64 translator (nat64.bpf.c), counted under a V6N_DIRECTION_XLAT_*. */
+	V6N_REASON_XLAT_FORWARDED = 3,  /* translated and redirected to the next hop */
+	V6N_REASON_XLAT_TO_STACK = 4,   /* translated, left to the kernel (local, or to fragment) */
+	V6N_REASON_DROP_HOP_LIMIT = 5,  /* TTL/hop limit ran out: Time Exceeded sent back */
+	V6N_REASON_DROP_TOO_BIG = 6,    /* does not fit the next hop: PTB/Frag Needed sent back */
+	V6N_REASON_DROP_UNMAPPED = 7,   /* destination maps, source does not */
+	V6N_REASON_DROP_UNTRANSLATABLE = 8, /* RFC 7915 says not to translate it */
 	V6N_REASON_COUNT
 };
 
 enum v6n_direction {
 	V6N_DIRECTION_INGRESS = 0,
 	V6N_DIRECTION_EGRESS = 1,
+	V6N_DIRECTION_XLAT_6TO4 = 2, /* translator, IPv6 in, IPv4 out */
+	V6N_DIRECTION_XLAT_4TO6 = 3, /* translator, IPv4 in, IPv6 out */
 };
 
 /* v6n_counters: per-CPU hash, one slot per device, direction and reason. */
@@ -46,7 +55,39 @@ struct v6n_deny_value {
 	__u32 rule; /* index of the prefix in filter.deny_sources, for status */
 };
 
+/*
+ * v6n_nat64_cfg: hash with the single key 0. A hash, not an array, because a
+ * hash update swaps in a new element under RCU: a packet sees the old prefix
+ * or the new one, never half of each.
+ */
+struct v6n_nat64_config {
+	__u8 prefix[16];  /* RFC 6052 prefix, host bits zero */
+	__u8 prefix_len;  /* 32, 40, 48, 56, 64 or 96 */
+	__u8 pad[3];
+};
+
+/* Keys of v6n_eam4, the IPv4 side of the explicit address mappings. */
+struct v6n_lpm4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+/*
+ * One RFC 7757 explicit address mapping, stored under both of its prefixes
+ * (v6n_eam6 by IPv6, v6n_eam4 by IPv4). Both prefixes have the same number of
+ * suffix bits, which carry over unchanged.
+ */
+struct v6n_eam_value {
+	__u8 ipv6[16];
+	__u8 ipv4[4];
+	__u8 ipv6_len;
+	__u8 ipv4_len;
+	__u16 pad;
+	__u32 rule; /* index in nat64.eam, for status */
+};
+
 #define V6N_COUNTERS_MAX 4096
+#define V6N_EAM_MAX 65536
 #define V6N_DENY_SRC_MAX 262144
 
 #endif /* V6NODE_ABI_H */

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Pieces of the stateless translator shared by both directions: forwarding a
+ * translated packet to its next hop, and turning a packet into the ICMP
+ * error the translator owes its sender (Time Exceeded, Packet Too Big).
+ */
+#ifndef V6NODE_LIB_XLAT_H
+#define V6NODE_LIB_XLAT_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include "icmp.h"
+#include <linux/icmpv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "csum.h"
+
+/* <sys/socket.h> does not build for -target bpf. */
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+#define V6N_ETH_HLEN 14
+#define V6N_IP6_HLEN 40
+#define V6N_IP4_HLEN 20
+#define V6N_IPV6_MIN_MTU 1280
+/* Packets an IPv4 router may not fragment are kept to a size IPv6 can carry
+ * unfragmented: RFC 7915 sets DF on translated packets above 1260 bytes. */
+#define V6N_DF_THRESHOLD 1260
+/* IPv4 errors quote at most what fits in 576 bytes (RFC 1812 4.3.2.3). */
+#define V6N_ICMP4_QUOTE_MAX (576 - V6N_IP4_HLEN - 8)
+#define V6N_ICMP6_QUOTE_MAX (V6N_IPV6_MIN_MTU - V6N_IP6_HLEN - 8)
+#define V6N_CSUM_CHUNK 512
+
+/* linux/ipv6.h leaves the fragment header to the kernel's private headers. */
+struct v6n_frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* offset in 8-byte units << 3, bit 0 = more fragments */
+	__be32 identification;
+};
+
+#define V6N_IP6_MF 0x0001
+#define V6N_IP4_DF 0x4000
+#define V6N_IP4_MF 0x2000
+#define V6N_IP4_OFFSET 0x1fff
+
+/* Per-CPU room for checksumming quoted data: the BPF stack is 512 bytes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u8[V6N_CSUM_CHUNK]);
+} v6n_csum_scratch SEC(".maps");
+
+/*
+ * Partial sum of `len` packet bytes from `off`; len is a multiple of 4 and at
+ * most V6N_ICMP6_QUOTE_MAX. Returns -1 when the bytes cannot be read.
+ */
+static __always_inline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, __u32 len)
+{
+	__u32 zero = 0;
+	__u8 *buf = bpf_map_lookup_elem(&v6n_csum_scratch, &zero);
+	__u32 sum = 0;
+
+	if (!buf)
+		return -1;
+#pragma unroll
+	for (int i = 0; i < (V6N_ICMP6_QUOTE_MAX + V6N_CSUM_CHUNK - 1) / V6N_CSUM_CHUNK; i++) {
+		/* A multiple of 4, at most 512: what bpf_csum_diff takes. Two
+		 * branches so the verifier sees each bound on its own. */
+		__u32 n = len >= V6N_CSUM_CHUNK ? V6N_CSUM_CHUNK : len & 0x1fc;
+
+		if (n == 0)
+			break;
+		if (bpf_skb_load_bytes(skb, off, buf, n) < 0)
+			return -1;
+		sum = v6n_csum_add(sum, (__u32)bpf_csum_diff(NULL, 0, (__be32 *)buf, n, 0));
+		off += n;
+		len -= n;
+	}
+	return sum;
+}
+
+/*
+ * FIB lookup for a translated packet. The kernel checks forwarding on the
+ * device the lookup starts from, in the family being looked up: the
+ * translated family, which the ingress device may not even run (an IPv4-only
+ * uplink has no IPv6 forwarding switch; an MTU under 1280 removes IPv6 from
+ * a device altogether). Then the lookup is made again from the loopback
+ * device, whose switch follows net.ipv{4,6}.conf.all.forwarding.
+ */
+static __always_inline int v6n_fib_lookup(struct __sk_buff *skb, struct bpf_fib_lookup *fib)
+{
+	int rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+
+	if (rc == BPF_FIB_LKUP_RET_FWD_DISABLED) {
+		fib->ifindex = 1; /* LOOPBACK_IFINDEX */
+		rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	}
+	return rc;
+}
+
+/*
+ * Hands a packet to the next hop the FIB lookup found: straight out of the
+ * egress device when the neighbour is known, through the kernel's neighbour
+ * code when it is not (bpf_redirect_neigh resolves it and queues the packet).
+ */
+static __always_inline int v6n_redirect(struct __sk_buff *skb, struct bpf_fib_lookup *fib, int rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		__u8 macs[12];
+
+		__builtin_memcpy(macs, fib->dmac, 6);
+		__builtin_memcpy(macs + 6, fib->smac, 6);
+		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+			return TC_ACT_SHOT;
+		return bpf_redirect(fib->ifindex, 0);
+	}
+	struct bpf_redir_neigh nh = { .nh_family = fib->family };
+
+	if (fib->family == AF_INET)
+		nh.ipv4_nh = fib->ipv4_dst;
+	else
+		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
+	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
+/*
+ * Replaces the IPv6 packet in skb by an ICMPv6 error about it, addressed to
+ * its source from the address the kernel would pick for that route, and sends
+ * it back. Returns TC_ACT_SHOT when no error can be sent (the caller counts
+ * the drop either way).
+ */
+static __noinline int v6n_icmp6_error(struct __sk_buff *skb, __u8 type, __u8 code, __u32 info)
+{
+	struct in6_addr orig_saddr;
+
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + offsetof(struct ipv6hdr, saddr), &orig_saddr, 16) < 0)
+		return TC_ACT_SHOT;
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET6,
+		.ifindex = skb->ingress_ifindex,
+	};
+	__u32 quote = skb->len - V6N_ETH_HLEN;
+
+	if (quote > V6N_ICMP6_QUOTE_MAX)
+		quote = V6N_ICMP6_QUOTE_MAX;
+	quote &= ~3U;
+	__builtin_memcpy(fib.ipv6_dst, &orig_saddr, 16);
+	/* The error's own size: without it the kernel checks the MTU against
+	 * the packet being answered, which may be the very one too big. */
+	fib.tot_len = V6N_IP6_HLEN + 8 + quote;
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return TC_ACT_SHOT;
+
+	if (bpf_skb_change_tail(skb, V6N_ETH_HLEN + quote, 0) < 0 ||
+	    bpf_skb_adjust_room(skb, V6N_IP6_HLEN + 8, BPF_ADJ_ROOM_MAC, 0) < 0)
+		return TC_ACT_SHOT;
+
+	struct {
+		struct ipv6hdr ip6;
+		struct icmp6hdr icmp6;
+	} hdr = {};
+	hdr.ip6.version = 6;
+	hdr.ip6.payload_len = bpf_htons(8 + quote);
+	hdr.ip6.nexthdr = IPPROTO_ICMPV6;
+	hdr.ip6.hop_limit = 64;
+	__builtin_memcpy(&hdr.ip6.saddr, fib.ipv6_src, 16);
+	hdr.ip6.daddr = orig_saddr;
+	hdr.icmp6.icmp6_type = type;
+	hdr.icmp6.icmp6_code = code;
+	hdr.icmp6.icmp6_dataun.un_data32[0] = bpf_htonl(info);
+
+	__s64 data = v6n_csum_packet(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, quote);
+	if (data < 0)
+		return TC_ACT_SHOT;
+	/* Pseudo-header: the addresses as they sit in the header, then the
+	 * length and next header, each a 32-bit word. */
+	__u32 sum = v6n_csum_diff(NULL, 0, &hdr.ip6.saddr, 32);
+	sum = v6n_csum_add(sum, bpf_htonl(8 + quote));
+	sum = v6n_csum_add(sum, bpf_htonl(IPPROTO_ICMPV6));
+	sum = v6n_csum_add(sum, v6n_csum_diff(NULL, 0, &hdr.icmp6, sizeof(hdr.icmp6)));
+	hdr.icmp6.icmp6_cksum = v6n_csum_fold(v6n_csum_add(sum, (__u32)data));
+
+	__be16 proto = bpf_htons(ETH_P_IPV6);
+	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, &hdr, sizeof(hdr), 0) < 0)
+		return TC_ACT_SHOT;
+	return v6n_redirect(skb, &fib, rc);
+}
+
+/* The IPv4 counterpart of v6n_icmp6_error. */
+static __noinline int v6n_icmp4_error(struct __sk_buff *skb, __u8 type, __u8 code, __u32 info)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET,
+		.ifindex = skb->ingress_ifindex,
+	};
+
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + offsetof(struct iphdr, saddr), &fib.ipv4_dst, 4) < 0)
+		return TC_ACT_SHOT;
+	__be32 orig_saddr = fib.ipv4_dst;
+	__u32 quote = skb->len - V6N_ETH_HLEN;
+
+	if (quote > V6N_ICMP4_QUOTE_MAX)
+		quote = V6N_ICMP4_QUOTE_MAX;
+	quote &= ~3U;
+	fib.tot_len = V6N_IP4_HLEN + 8 + quote;
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return TC_ACT_SHOT;
+
+	if (bpf_skb_change_tail(skb, V6N_ETH_HLEN + quote, 0) < 0 ||
+	    bpf_skb_adjust_room(skb, V6N_IP4_HLEN + 8, BPF_ADJ_ROOM_MAC, 0) < 0)
+		return TC_ACT_SHOT;
+
+	struct {
+		struct iphdr ip;
+		struct icmphdr icmp;
+	} hdr = {};
+	hdr.ip.version = 4;
+	hdr.ip.ihl = 5;
+	hdr.ip.tos = 0xc0; /* internetwork control, as Linux sends its errors */
+	hdr.ip.tot_len = bpf_htons(V6N_IP4_HLEN + 8 + quote);
+	hdr.ip.ttl = 64;
+	hdr.ip.protocol = IPPROTO_ICMP;
+	hdr.ip.saddr = fib.ipv4_src;
+	hdr.ip.daddr = orig_saddr;
+	hdr.ip.check = v6n_csum_fold(v6n_csum_diff(NULL, 0, &hdr.ip, sizeof(hdr.ip)));
+	hdr.icmp.type = type;
+	hdr.icmp.code = code;
+	hdr.icmp.un.gateway = bpf_htonl(info);
+
+	__s64 data = v6n_csum_packet(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + 8, quote);
+	if (data < 0)
+		return TC_ACT_SHOT;
+	hdr.icmp.checksum =
+		v6n_csum_fold(v6n_csum_add(v6n_csum_diff(NULL, 0, &hdr.icmp, sizeof(hdr.icmp)), (__u32)data));
+
+	__be16 proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, &hdr, sizeof(hdr), 0) < 0)
+		return TC_ACT_SHOT;
+	return v6n_redirect(skb, &fib, rc);
+}
+
+#endif /* V6NODE_LIB_XLAT_H */

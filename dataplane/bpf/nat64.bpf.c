@@ -1,0 +1,999 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Entry object for the stateless NAT46/NAT64 translator (SIIT, RFC 7915),
+ * attached at tc ingress of the devices in nat64.devices. IPv6 packets to
+ * mapped destinations become IPv4 and IPv4 packets to EAM destinations become
+ * IPv6; both are then sent to the FIB's next hop. Everything else passes
+ * untouched. No per-flow state: the maps hold only configuration.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lib/counters.h"
+#include "lib/nat64.h"
+#include "lib/xlat.h"
+
+/*
+ * Result of translating one packet: a tc action and the counter's reason,
+ * packed in one register so that out-of-line parts can return it (BPF
+ * functions return a single 64-bit value).
+ */
+typedef __u32 v6n_outcome;
+#define V6N_OUTCOME(action, reason) ((((__u32)(action) + 1) << 8) | (reason))
+#define V6N_OUTCOME_ACTION(o) ((int)(((o) >> 8) & 0xff) - 1)
+#define V6N_OUTCOME_REASON(o) ((o) & 0xff)
+/* Bits 16-31: the MTU a V6N_ACT_TOO_BIG error reports. */
+#define V6N_OUTCOME_MTU(o) ((o) >> 16)
+
+#define V6N_NOT_OURS V6N_OUTCOME(TC_ACT_UNSPEC, V6N_REASON_PASS)
+#define V6N_DROP(r) V6N_OUTCOME(TC_ACT_SHOT, (r))
+
+/*
+ * Work the entry function finishes itself, so that no call chain holds more
+ * than two big stack frames (the verifier allows 512 bytes for all of them).
+ */
+enum {
+	V6N_ACT_XLAT_ICMP_ERROR = 64, /* translate an ICMP error and its quote */
+	V6N_ACT_TIME_EXCEEDED = 65,   /* answer with Time Exceeded */
+	V6N_ACT_TOO_BIG = 66,         /* answer with Packet Too Big / Fragmentation Needed */
+};
+
+/* ICMP errors may carry an IP header plus this much of what followed it. */
+#define V6N_INNER_L4 8
+
+/* Pseudo-header of an ICMPv6 message, summed into its checksum. */
+struct v6n_pseudo6 {
+	struct in6_addr saddr, daddr;
+	__be32 len, nexthdr;
+};
+
+struct v6n_icmp6_error_in {
+	struct v6n_pseudo6 pseudo; /* summed, never stored */
+	struct icmp6hdr icmp6;
+	struct ipv6hdr inner;
+	__u8 l4[V6N_INNER_L4];
+};
+
+struct v6n_icmp4_error_out {
+	struct iphdr ip;
+	struct icmphdr icmp;
+	struct iphdr inner;
+	__u8 l4[V6N_INNER_L4];
+};
+
+struct v6n_icmp4_error_in {
+	struct icmphdr icmp;
+	struct iphdr inner;
+	__u8 l4[V6N_INNER_L4];
+};
+
+struct v6n_icmp6_error_out {
+	struct ipv6hdr ip6;
+	struct v6n_pseudo6 pseudo; /* summed, never stored */
+	struct icmp6hdr icmp6;
+	struct ipv6hdr inner;
+	__u8 l4[V6N_INNER_L4];
+};
+
+/* Per-CPU room for the ICMP error translations' header copies, which would
+ * not fit the BPF stack beside everything else. */
+struct v6n_icmp_scratch {
+	struct v6n_icmp6_error_in in6;
+	struct v6n_icmp4_error_out out4;
+	struct v6n_icmp4_error_in in4;
+	struct v6n_icmp6_error_out out6;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6n_icmp_scratch);
+} v6n_icmp_scratch SEC(".maps");
+
+static __always_inline int v6n_is_icmp6_error(__u8 type)
+{
+	return type < 128;
+}
+
+/* --- IPv6 -> IPv4 --------------------------------------------------------------- */
+
+/*
+ * RFC 7915 5.2: ICMPv6 type/code -> ICMPv4, with the 32-bit field after the
+ * checksum (MTU, pointer). Returns -1 for what must not be translated: MLD,
+ * ND, unknown types and codes.
+ */
+static __always_inline int v6n_icmp6_to_icmp4(const struct icmp6hdr *in, struct icmphdr *out)
+{
+	__u8 code = in->icmp6_code;
+
+	out->un.gateway = 0;
+	switch (in->icmp6_type) {
+	case ICMPV6_ECHO_REQUEST:
+	case ICMPV6_ECHO_REPLY:
+		out->type = in->icmp6_type == ICMPV6_ECHO_REQUEST ? ICMP_ECHO : ICMP_ECHOREPLY;
+		out->code = 0;
+		out->un.echo = *(typeof(out->un.echo) *)&in->icmp6_dataun;
+		return 0;
+	case ICMPV6_DEST_UNREACH:
+		out->type = ICMP_DEST_UNREACH;
+		switch (code) {
+		case ICMPV6_NOROUTE:
+		case ICMPV6_NOT_NEIGHBOUR:
+		case ICMPV6_ADDR_UNREACH:
+			out->code = ICMP_HOST_UNREACH;
+			return 0;
+		case ICMPV6_ADM_PROHIBITED:
+			out->code = ICMP_HOST_ANO;
+			return 0;
+		case ICMPV6_PORT_UNREACH:
+			out->code = ICMP_PORT_UNREACH;
+			return 0;
+		}
+		return -1;
+	case ICMPV6_PKT_TOOBIG: {
+		__u32 mtu = bpf_ntohl(in->icmp6_mtu);
+
+		if (mtu < V6N_IP6_HLEN - V6N_IP4_HLEN + 68)
+			return -1;
+		out->type = ICMP_DEST_UNREACH;
+		out->code = ICMP_FRAG_NEEDED;
+		mtu -= V6N_IP6_HLEN - V6N_IP4_HLEN;
+		out->un.frag.mtu = bpf_htons(mtu > 0xffff ? 0xffff : mtu);
+		return 0;
+	}
+	case ICMPV6_TIME_EXCEED:
+		out->type = ICMP_TIME_EXCEEDED;
+		out->code = code;
+		return code <= ICMPV6_EXC_FRAGTIME ? 0 : -1;
+	case ICMPV6_PARAMPROB:
+		if (code == ICMPV6_UNK_NEXTHDR) {
+			out->type = ICMP_DEST_UNREACH;
+			out->code = ICMP_PROT_UNREACH;
+			return 0;
+		}
+		if (code != ICMPV6_HDR_FIELD)
+			return -1;
+		out->type = ICMP_PARAMETERPROB;
+		out->code = 0;
+		/* Where the offending field sits in the translated header. */
+		__u32 ptr = bpf_ntohl(in->icmp6_pointer), ptr4;
+		if (ptr <= 1)
+			ptr4 = ptr;
+		else if (ptr == 4 || ptr == 5)
+			ptr4 = 2;
+		else if (ptr == 6)
+			ptr4 = 9;
+		else if (ptr == 7)
+			ptr4 = 8;
+		else if (ptr >= 8 && ptr <= 23)
+			ptr4 = 12;
+		else if (ptr >= 24 && ptr <= 39)
+			ptr4 = 16;
+		else
+			return -1;
+		out->un.gateway = bpf_htonl(ptr4 << 24);
+		return 0;
+	}
+	return -1;
+}
+
+/*
+ * The IPv4 header for a translated IPv6 packet. `frag` is the Fragment
+ * header or NULL; `len` the IPv4 total length.
+ */
+static __always_inline void v6n_ip4_from_ip6(struct iphdr *ip, const struct ipv6hdr *ip6,
+					      const struct v6n_frag_hdr *frag, __u8 protocol, __u32 len,
+					      __be32 saddr, __be32 daddr)
+{
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	ip->tot_len = bpf_htons(len);
+	ip->ttl = ip6->hop_limit - 1;
+	ip->protocol = protocol;
+	ip->saddr = saddr;
+	ip->daddr = daddr;
+	if (frag) {
+		__u16 off = bpf_ntohs(frag->frag_off);
+
+		ip->id = bpf_htons(bpf_ntohl(frag->identification) & 0xffff);
+		ip->frag_off = bpf_htons((off >> 3) | ((off & V6N_IP6_MF) ? V6N_IP4_MF : 0));
+	} else if (len > V6N_DF_THRESHOLD) {
+		ip->id = 0; /* RFC 6864: atomic datagrams need no identification */
+		ip->frag_off = bpf_htons(V6N_IP4_DF);
+	} else {
+		ip->id = (__u16)bpf_get_prandom_u32();
+		ip->frag_off = 0;
+	}
+	ip->check = 0;
+	ip->check = v6n_csum_fold(v6n_csum_diff(NULL, 0, ip, sizeof(*ip)));
+}
+
+/*
+ * ICMPv6 error -> ICMPv4 error, including the packet it quotes (RFC 7915
+ * 5.3). The quoted packet went the other way through this translator, so its
+ * addresses map the same way as any other. Its transport checksum is fixed
+ * only where it lies in the first 8 bytes (UDP, ICMP); a quoted TCP checksum
+ * is left as it was, as receivers do not check it.
+ */
+
+
+static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct bpf_fib_lookup fib_storage = { .ifindex = skb->ingress_ifindex }, *fib = &fib_storage;
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *scratch = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct ipv6hdr ip6_storage, *ip6 = &ip6_storage;
+	__be32 saddr, daddr;
+
+	if (!scratch || bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip6, sizeof(*ip6)) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	/* v6n_6to4 checked both map before handing the packet over. */
+	if (v6n_map_6to4(cfg, &ip6->saddr, &saddr) < 0 || v6n_map_6to4(cfg, &ip6->daddr, &daddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	struct v6n_icmp6_error_in *in = &scratch->in6;
+	struct v6n_icmp4_error_out *out = &scratch->out4;
+	__builtin_memset(in, 0, sizeof(*in));
+	__builtin_memset(out, 0, sizeof(*out));
+	__u32 plen = bpf_ntohs(ip6->payload_len);
+
+	if (plen < sizeof(in->icmp6) + sizeof(in->inner) + V6N_INNER_L4)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN, &in->icmp6,
+			       sizeof(in->icmp6) + sizeof(in->inner) + V6N_INNER_L4) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (in->inner.version != 6)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (v6n_icmp6_to_icmp4(&in->icmp6, &out->icmp) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+
+	__be32 inner_saddr, inner_daddr;
+	if (v6n_map_6to4(cfg, &in->inner.saddr, &inner_saddr) < 0 ||
+	    v6n_map_6to4(cfg, &in->inner.daddr, &inner_daddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+
+	__u8 inner_proto = in->inner.nexthdr;
+	__builtin_memcpy(out->l4, in->l4, V6N_INNER_L4);
+	if (inner_proto == IPPROTO_UDP) {
+		struct udphdr *udp = (void *)out->l4;
+
+		if (udp->check) {
+			__be32 from[8], to[2] = { inner_saddr, inner_daddr };
+
+			__builtin_memcpy(from, &in->inner.saddr, 32);
+			udp->check = v6n_csum_update(udp->check, v6n_csum_diff(from, 32, to, 8));
+			if (!udp->check)
+				udp->check = 0xffff;
+		}
+	} else if (inner_proto == IPPROTO_ICMPV6) {
+		struct icmp6hdr *icmp6 = (void *)in->l4;
+		struct icmphdr *icmp = (void *)out->l4;
+
+		if (icmp6->icmp6_type != ICMPV6_ECHO_REQUEST && icmp6->icmp6_type != ICMPV6_ECHO_REPLY)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		inner_proto = IPPROTO_ICMP;
+		icmp->type = icmp6->icmp6_type == ICMPV6_ECHO_REQUEST ? ICMP_ECHO : ICMP_ECHOREPLY;
+		icmp->code = 0;
+		/* Out goes the pseudo-header, in go the new type and code. */
+		struct {
+			struct in6_addr saddr, daddr;
+			__be32 len, nexthdr;
+			__u8 type, code;
+			__u16 zero;
+		} from = { .len = bpf_htonl(bpf_ntohs(in->inner.payload_len)),
+			   .nexthdr = bpf_htonl(IPPROTO_ICMPV6),
+			   .type = icmp6->icmp6_type };
+		__u8 to[4] = { icmp->type, 0, 0, 0 };
+		from.saddr = in->inner.saddr;
+		from.daddr = in->inner.daddr;
+		icmp->checksum = v6n_csum_update(icmp6->icmp6_cksum, v6n_csum_diff(&from, sizeof(from), to, 4));
+	} else if (inner_proto == 0 || inner_proto == 43 || inner_proto == 44 || inner_proto == 60) {
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE); /* extension headers in the quote */
+	}
+
+	__u32 inner_len = V6N_IP4_HLEN + bpf_ntohs(in->inner.payload_len);
+	v6n_ip4_from_ip6(&out->inner, &in->inner, NULL, inner_proto, inner_len, inner_saddr, inner_daddr);
+	out->inner.ttl = in->inner.hop_limit; /* quoted as it was when it failed */
+	out->inner.check = 0;
+	out->inner.check = v6n_csum_fold(v6n_csum_diff(NULL, 0, &out->inner, sizeof(out->inner)));
+
+	/* The translated message is 20 bytes shorter (the quoted header). */
+	__u32 len = V6N_IP4_HLEN + plen - (V6N_IP6_HLEN - V6N_IP4_HLEN);
+	v6n_ip4_from_ip6(&out->ip, ip6, NULL, IPPROTO_ICMP, len, saddr, daddr);
+
+	/* ICMPv4 checksums cover no pseudo-header: take the IPv6 one out-> */
+	__builtin_memcpy(&in->pseudo.saddr, &ip6->saddr, 32);
+	in->pseudo.len = bpf_htonl(plen);
+	in->pseudo.nexthdr = bpf_htonl(IPPROTO_ICMPV6);
+	__u16 old = in->icmp6.icmp6_cksum;
+	in->icmp6.icmp6_cksum = 0;
+	out->icmp.checksum = 0;
+	out->icmp.checksum = v6n_csum_update(old, v6n_csum_diff(in, sizeof(*in), &out->icmp,
+								 sizeof(*out) - sizeof(out->ip)));
+
+	fib->family = AF_INET;
+	fib->ipv4_src = saddr;
+	fib->ipv4_dst = daddr;
+	fib->tot_len = len;
+	/* Anything but a next hop (local, too big, no route) is the kernel's. */
+	int rc = v6n_fib_lookup(skb, fib);
+
+	/* Shrink by 40: the two header changes, both inside the rewritten range. */
+	if (bpf_skb_change_proto(skb, bpf_htons(ETH_P_IP), 0) < 0 ||
+	    bpf_skb_adjust_room(skb, -(V6N_IP6_HLEN - V6N_IP4_HLEN), BPF_ADJ_ROOM_NET, 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	__be16 proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, out, sizeof(*out), BPF_F_RECOMPUTE_CSUM) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+}
+
+/* Extension headers RFC 7915 5.1 lets the translator drop (or, for a
+ * Fragment header, turn into IPv4 header fields). */
+static __always_inline int v6n_is_ext_hdr(__u8 nexthdr)
+{
+	return nexthdr == IPPROTO_HOPOPTS || nexthdr == IPPROTO_ROUTING || nexthdr == IPPROTO_FRAGMENT ||
+	       nexthdr == IPPROTO_DSTOPTS;
+}
+
+#define V6N_EXT_HDRS_MAX 4
+
+static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct ipv6hdr ip6;
+	__be32 saddr, daddr;
+
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN, &ip6, sizeof(ip6)) < 0)
+		return V6N_NOT_OURS; /* runt frames are the host program's to count */
+	if (ip6.version != 6)
+		return V6N_NOT_OURS;
+	if (v6n_map_6to4(cfg, &ip6.daddr, &daddr) < 0)
+		return V6N_NOT_OURS;
+	if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
+		/* An EAM destination from an unmapped source is plain IPv6 routed
+		 * through this box; a prefix destination can only mean translation. */
+		struct v6n_lpm6_key key = { .prefixlen = 128 };
+		__builtin_memcpy(key.addr, &ip6.daddr, 16);
+		if (bpf_map_lookup_elem(&v6n_eam6, &key))
+			return V6N_NOT_OURS;
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	}
+
+	__u32 plen = bpf_ntohs(ip6.payload_len);
+	if (plen == 0)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE); /* jumbogram */
+	if (V6N_ETH_HLEN + V6N_IP6_HLEN + plen > skb->len)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+
+	/* Walk the extension headers: they are dropped, a Fragment header's
+	 * fields move into the IPv4 header. */
+	struct v6n_frag_hdr frag;
+	int fragmented = 0;
+	__u8 nexthdr = ip6.nexthdr;
+	__u32 ext_len = 0;
+#pragma unroll
+	for (int i = 0; i < V6N_EXT_HDRS_MAX; i++) {
+		if (!v6n_is_ext_hdr(nexthdr))
+			break;
+		__u32 off = V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len;
+		if (nexthdr == IPPROTO_FRAGMENT) {
+			if (bpf_skb_load_bytes(skb, off, &frag, sizeof(frag)) < 0)
+				return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+			fragmented = 1;
+			nexthdr = frag.nexthdr;
+			ext_len += sizeof(frag);
+			if (bpf_ntohs(frag.frag_off) & ~7U)
+				break; /* not the first fragment: no more headers here */
+			continue;
+		}
+		__u8 opt[4];
+		if (bpf_skb_load_bytes(skb, off, opt, sizeof(opt)) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+		if (nexthdr == IPPROTO_ROUTING && opt[3] != 0)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE); /* segments left */
+		nexthdr = opt[0];
+		ext_len += (opt[1] + 1) * 8;
+	}
+	if (v6n_is_ext_hdr(nexthdr) || ext_len > plen)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	__u16 frag_off = fragmented ? bpf_ntohs(frag.frag_off) & ~7U : 0;
+
+	if (ip6.hop_limit <= 1) {
+		if (nexthdr == IPPROTO_ICMPV6) {
+			__u8 type;
+			if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len, &type, 1) < 0 ||
+			    v6n_is_icmp6_error(type))
+				return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
+		}
+		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
+	}
+
+	struct bpf_fib_lookup fib = { .ifindex = skb->ingress_ifindex };
+	__u32 l4_off = V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len;
+	__u32 l4_len = plen - ext_len;
+	__u8 protocol = nexthdr;
+	struct icmp6hdr icmp6;
+	struct icmphdr icmp = {};
+
+	if (nexthdr == IPPROTO_ICMPV6) {
+		if (fragmented)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		if (bpf_skb_load_bytes(skb, l4_off, &icmp6, sizeof(icmp6)) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+		if (v6n_is_icmp6_error(icmp6.icmp6_type)) {
+			if (ext_len)
+				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+			return V6N_OUTCOME(V6N_ACT_XLAT_ICMP_ERROR, V6N_REASON_PASS);
+		}
+		if (v6n_icmp6_to_icmp4(&icmp6, &icmp) < 0)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		protocol = IPPROTO_ICMP;
+	} else if (nexthdr == IPPROTO_UDP && frag_off == 0) {
+		__be16 check;
+		if (bpf_skb_load_bytes(skb, l4_off + offsetof(struct udphdr, check), &check, 2) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+		if (!check)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED); /* mandatory in IPv6 */
+	}
+
+	struct iphdr ip;
+	__u32 len = V6N_IP4_HLEN + l4_len;
+	v6n_ip4_from_ip6(&ip, &ip6, fragmented ? &frag : NULL, protocol, len, saddr, daddr);
+
+	fib.family = AF_INET;
+	fib.ipv4_src = saddr;
+	fib.ipv4_dst = daddr;
+	/* GSO packets are checked per segment by the kernel (tot_len 0). */
+	fib.tot_len = skb->gso_segs > 1 ? 0 : len;
+	int rc = v6n_fib_lookup(skb, &fib);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (ip.frag_off & bpf_htons(V6N_IP4_DF))) {
+		__u32 mtu = fib.mtu_result + V6N_IP6_HLEN - V6N_IP4_HLEN;
+		if (mtu < V6N_IPV6_MIN_MTU)
+			mtu = V6N_IPV6_MIN_MTU;
+		return V6N_OUTCOME(V6N_ACT_TOO_BIG, V6N_REASON_DROP_TOO_BIG) | (mtu << 16);
+	}
+
+	if (bpf_skb_change_proto(skb, bpf_htons(ETH_P_IP), 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (ext_len && bpf_skb_adjust_room(skb, -(__s32)ext_len, BPF_ADJ_ROOM_NET, 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	__be16 proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, &ip, sizeof(ip), BPF_F_RECOMPUTE_CSUM) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+
+	l4_off = V6N_ETH_HLEN + V6N_IP4_HLEN;
+	if (protocol == IPPROTO_ICMP) {
+		struct {
+			struct in6_addr saddr, daddr;
+			__be32 len, nexthdr;
+			__u8 type, code;
+			__u16 zero;
+		} from = { .len = bpf_htonl(l4_len), .nexthdr = bpf_htonl(IPPROTO_ICMPV6),
+			   .type = icmp6.icmp6_type, .code = icmp6.icmp6_code };
+		__u8 to[4] = { icmp.type, icmp.code, 0, 0 };
+		from.saddr = ip6.saddr;
+		from.daddr = ip6.daddr;
+		icmp.checksum = v6n_csum_update(icmp6.icmp6_cksum, v6n_csum_diff(&from, sizeof(from), to, 4));
+		if (bpf_skb_store_bytes(skb, l4_off, &icmp, 4, 0) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	} else if ((protocol == IPPROTO_TCP || protocol == IPPROTO_UDP) && frag_off == 0) {
+		/* Only the pseudo-header changes; lengths and protocol sum alike in
+		 * both versions, so the addresses are the whole difference. The
+		 * checksum of a first fragment covers the whole datagram and takes
+		 * the same update. */
+		__be32 from[8], to[2] = { saddr, daddr };
+		__builtin_memcpy(from, &ip6.saddr, 32);
+		__u32 diff = v6n_csum_diff(from, 32, to, 8);
+		__u32 off = l4_off + (protocol == IPPROTO_TCP ? offsetof(struct tcphdr, check)
+							      : offsetof(struct udphdr, check));
+		if (bpf_l4_csum_replace(skb, off, 0, diff,
+					BPF_F_PSEUDO_HDR | (protocol == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0)) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	}
+
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return V6N_OUTCOME(v6n_redirect(skb, &fib, rc), V6N_REASON_XLAT_FORWARDED);
+	/* Local destinations, and DF-clear packets the next hop must fragment. */
+	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+}
+
+/* --- IPv4 -> IPv6 --------------------------------------------------------------- */
+
+/*
+ * RFC 7915 4.2: ICMPv4 type/code -> ICMPv6, with the 32-bit field after the
+ * checksum. Returns -1 for what must not be translated (timestamps, address
+ * masks, redirects, source quench, unknown types and codes).
+ */
+static __always_inline int v6n_icmp4_to_icmp6(const struct icmphdr *in, struct icmp6hdr *out)
+{
+	__u8 code = in->code;
+
+	out->icmp6_dataun.un_data32[0] = 0;
+	switch (in->type) {
+	case ICMP_ECHO:
+	case ICMP_ECHOREPLY:
+		out->icmp6_type = in->type == ICMP_ECHO ? ICMPV6_ECHO_REQUEST : ICMPV6_ECHO_REPLY;
+		out->icmp6_code = 0;
+		out->icmp6_dataun.un_data32[0] = in->un.gateway; /* identifier, sequence */
+		return 0;
+	case ICMP_DEST_UNREACH:
+		out->icmp6_type = ICMPV6_DEST_UNREACH;
+		switch (code) {
+		case ICMP_NET_UNREACH:
+		case ICMP_HOST_UNREACH:
+		case ICMP_SR_FAILED:
+		case ICMP_NET_UNKNOWN:
+		case ICMP_HOST_UNKNOWN:
+		case ICMP_HOST_ISOLATED:
+		case ICMP_NET_UNR_TOS:
+		case ICMP_HOST_UNR_TOS:
+			out->icmp6_code = ICMPV6_NOROUTE;
+			return 0;
+		case ICMP_NET_ANO:
+		case ICMP_HOST_ANO:
+		case ICMP_PKT_FILTERED:
+		case ICMP_PREC_CUTOFF:
+			out->icmp6_code = ICMPV6_ADM_PROHIBITED;
+			return 0;
+		case ICMP_PORT_UNREACH:
+			out->icmp6_code = ICMPV6_PORT_UNREACH;
+			return 0;
+		case ICMP_PROT_UNREACH:
+			out->icmp6_type = ICMPV6_PARAMPROB;
+			out->icmp6_code = ICMPV6_UNK_NEXTHDR;
+			out->icmp6_pointer = bpf_htonl(offsetof(struct ipv6hdr, nexthdr));
+			return 0;
+		case ICMP_FRAG_NEEDED: {
+			/* Pre-RFC 1191 routers send no MTU: assume the IPv6 minimum. */
+			__u32 mtu = bpf_ntohs(in->un.frag.mtu);
+
+			mtu = mtu ? mtu + V6N_IP6_HLEN - V6N_IP4_HLEN : V6N_IPV6_MIN_MTU;
+			out->icmp6_type = ICMPV6_PKT_TOOBIG;
+			out->icmp6_code = 0;
+			out->icmp6_mtu = bpf_htonl(mtu < V6N_IPV6_MIN_MTU ? V6N_IPV6_MIN_MTU : mtu);
+			return 0;
+		}
+		}
+		return -1;
+	case ICMP_TIME_EXCEEDED:
+		out->icmp6_type = ICMPV6_TIME_EXCEED;
+		out->icmp6_code = code;
+		return code <= ICMP_EXC_FRAGTIME ? 0 : -1;
+	case ICMP_PARAMETERPROB: {
+		if (code != 0 && code != 2)
+			return -1;
+		__u32 ptr = bpf_ntohl(in->un.gateway) >> 24, ptr6;
+		if (ptr <= 1)
+			ptr6 = ptr;
+		else if (ptr == 2 || ptr == 3)
+			ptr6 = 4;
+		else if (ptr == 8)
+			ptr6 = 7;
+		else if (ptr == 9)
+			ptr6 = 6;
+		else if (ptr >= 12 && ptr <= 15)
+			ptr6 = 8;
+		else if (ptr >= 16 && ptr <= 19)
+			ptr6 = 24;
+		else
+			return -1;
+		out->icmp6_type = ICMPV6_PARAMPROB;
+		out->icmp6_code = ICMPV6_HDR_FIELD;
+		out->icmp6_pointer = bpf_htonl(ptr6);
+		return 0;
+	}
+	}
+	return -1;
+}
+
+static __always_inline void v6n_ip6_from_ip4(struct ipv6hdr *ip6, const struct iphdr *ip, __u8 nexthdr,
+					      __u32 payload_len, const struct in6_addr *saddr,
+					      const struct in6_addr *daddr)
+{
+	ip6->version = 6;
+	ip6->priority = ip->tos >> 4;
+	ip6->flow_lbl[0] = (ip->tos & 0xf) << 4;
+	ip6->flow_lbl[1] = 0;
+	ip6->flow_lbl[2] = 0;
+	ip6->payload_len = bpf_htons(payload_len);
+	ip6->nexthdr = nexthdr;
+	ip6->hop_limit = ip->ttl - 1;
+	ip6->saddr = *saddr;
+	ip6->daddr = *daddr;
+}
+
+
+
+
+/* ICMPv4 error -> ICMPv6 error with the quoted packet translated (RFC 7915 4.3). */
+static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct bpf_fib_lookup fib_storage = { .ifindex = skb->ingress_ifindex }, *fib = &fib_storage;
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *scratch = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct iphdr ip_storage, *ip = &ip_storage;
+	struct in6_addr saddr_storage, daddr_storage, *saddr = &saddr_storage, *daddr = &daddr_storage;
+
+	if (!scratch || bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip, sizeof(*ip)) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	/* v6n_4to6 checked both map before handing the packet over. */
+	if (v6n_map_4to6(cfg, ip->saddr, saddr) < 0 || v6n_map_4to6_eam(ip->daddr, daddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	struct v6n_icmp4_error_in *in = &scratch->in4;
+	struct v6n_icmp6_error_out *out = &scratch->out6;
+	__builtin_memset(in, 0, sizeof(*in));
+	__builtin_memset(out, 0, sizeof(*out));
+	__u32 icmp_len = bpf_ntohs(ip->tot_len) - V6N_IP4_HLEN;
+
+	if (icmp_len < sizeof(*in))
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP4_HLEN, in, sizeof(*in)) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (in->inner.version != 4 || in->inner.ihl != 5)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	if (v6n_icmp4_to_icmp6(&in->icmp, &out->icmp6) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+
+	struct in6_addr inner_saddr, inner_daddr;
+	if (v6n_map_4to6(cfg, in->inner.saddr, &inner_saddr) < 0 || v6n_map_4to6(cfg, in->inner.daddr, &inner_daddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+
+	__u8 inner_proto = in->inner.protocol;
+	__u32 inner_plen = bpf_ntohs(in->inner.tot_len) - V6N_IP4_HLEN;
+	__builtin_memcpy(out->l4, in->l4, V6N_INNER_L4);
+	if (inner_proto == IPPROTO_UDP) {
+		struct udphdr *udp = (void *)out->l4;
+
+		if (udp->check) {
+			__be32 from[2] = { in->inner.saddr, in->inner.daddr }, to[8];
+
+			__builtin_memcpy(to, &inner_saddr, 16);
+			__builtin_memcpy(to + 4, &inner_daddr, 16);
+			udp->check = v6n_csum_update(udp->check, v6n_csum_diff(from, 8, to, 32));
+			if (!udp->check)
+				udp->check = 0xffff;
+		}
+	} else if (inner_proto == IPPROTO_ICMP) {
+		struct icmphdr *icmp = (void *)in->l4;
+		struct icmp6hdr *icmp6 = (void *)out->l4;
+
+		if (icmp->type != ICMP_ECHO && icmp->type != ICMP_ECHOREPLY)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		inner_proto = IPPROTO_ICMPV6;
+		icmp6->icmp6_type = icmp->type == ICMP_ECHO ? ICMPV6_ECHO_REQUEST : ICMPV6_ECHO_REPLY;
+		icmp6->icmp6_code = 0;
+		struct {
+			struct v6n_pseudo6 pseudo;
+			__u8 type, code;
+			__u16 zero;
+		} to = { .pseudo = { inner_saddr, inner_daddr, bpf_htonl(inner_plen), bpf_htonl(IPPROTO_ICMPV6) },
+			 .type = icmp6->icmp6_type };
+		__u8 from[4] = { icmp->type, 0, 0, 0 };
+		icmp6->icmp6_cksum = v6n_csum_update(icmp->checksum, v6n_csum_diff(from, 4, &to, sizeof(to)));
+	}
+	v6n_ip6_from_ip4(&out->inner, &in->inner, inner_proto, inner_plen, &inner_saddr, &inner_daddr);
+	out->inner.hop_limit = in->inner.ttl; /* quoted as it was when it failed */
+
+	/* The translated message is 20 bytes longer (the quoted header). */
+	__u32 plen = icmp_len + V6N_IP6_HLEN - V6N_IP4_HLEN;
+	v6n_ip6_from_ip4(&out->ip6, ip, IPPROTO_ICMPV6, plen, saddr, daddr);
+	out->pseudo.saddr = *saddr;
+	out->pseudo.daddr = *daddr;
+	out->pseudo.len = bpf_htonl(plen);
+	out->pseudo.nexthdr = bpf_htonl(IPPROTO_ICMPV6);
+	__u16 old = in->icmp.checksum;
+	in->icmp.checksum = 0;
+	out->icmp6.icmp6_cksum = v6n_csum_update(
+		old, v6n_csum_diff(in, sizeof(*in), &out->pseudo, sizeof(*out) - sizeof(out->ip6)));
+
+	fib->family = AF_INET6;
+	__builtin_memcpy(fib->ipv6_src, saddr, 16);
+	__builtin_memcpy(fib->ipv6_dst, daddr, 16);
+	fib->tot_len = V6N_IP6_HLEN + plen;
+	/* Anything but a next hop (local, too big, no route) is the kernel's. */
+	int rc = v6n_fib_lookup(skb, fib);
+
+	if (bpf_skb_change_proto(skb, bpf_htons(ETH_P_IPV6), 0) < 0 ||
+	    bpf_skb_adjust_room(skb, V6N_IP6_HLEN - V6N_IP4_HLEN, BPF_ADJ_ROOM_NET, 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	__be16 proto = bpf_htons(ETH_P_IPV6);
+	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, &out->ip6, sizeof(out->ip6), BPF_F_RECOMPUTE_CSUM) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN + sizeof(out->ip6), &out->icmp6,
+				sizeof(*out) - sizeof(out->ip6) - sizeof(out->pseudo), BPF_F_RECOMPUTE_CSUM) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+}
+
+/*
+ * IPv4 options RFC 7915 4.1 forbids translating: source routes. Options are
+ * rare, so they are read a byte pair at a time rather than copied whole; a
+ * global function, so the verifier walks this loop once.
+ */
+__noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
+{
+	__u32 i = 0;
+
+	for (int n = 0; n < 40 && i < len; n++) {
+		__u8 opt[2] = {};
+
+		if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + i, opt, i + 1 < len ? 2 : 1) < 0)
+			return 1;
+		if (opt[0] == IPOPT_END)
+			break;
+		if (opt[0] == IPOPT_NOOP) {
+			i++;
+			continue;
+		}
+		if (opt[0] == IPOPT_LSRR || opt[0] == IPOPT_SSRR)
+			return 1;
+		if (opt[1] < 2)
+			return 1; /* malformed: refuse rather than guess */
+		i += opt[1];
+	}
+	return 0;
+}
+
+/*
+ * Partial sum over `len` bytes of packet from `off`, any length up to 9 KiB;
+ * for the rare UDP datagram whose IPv4 checksum is zero. A global function:
+ * the verifier checks it once, not once per path that reaches it.
+ */
+__noinline __s64 v6n_csum_packet_long(struct __sk_buff *skb, __u32 off, __u32 len)
+{
+	__u32 zero = 0;
+	__u8 *buf = bpf_map_lookup_elem(&v6n_csum_scratch, &zero);
+	__u32 sum = 0;
+
+	if (!buf)
+		return -1;
+	for (int i = 0; i < 19 && len; i++) {
+		/* Whole words in chunks of at most 512 (what bpf_csum_diff
+		 * takes), then the last 1-3 bytes padded with zeros. Two branches
+		 * so the verifier sees each bound on its own. */
+		__u32 n = len >= V6N_CSUM_CHUNK ? V6N_CSUM_CHUNK : len & 0x1fc;
+
+		if (n == 0) {
+			n = len & 3;
+			__builtin_memset(buf, 0, 4);
+			if (n == 0 || bpf_skb_load_bytes(skb, off, buf, n) < 0)
+				return -1;
+			n = 4;
+		} else if (bpf_skb_load_bytes(skb, off, buf, n) < 0) {
+			return -1;
+		}
+		sum = v6n_csum_add(sum, (__u32)bpf_csum_diff(NULL, 0, (__be32 *)buf, n, 0));
+		if (n > len)
+			break; /* the padded tail */
+		off += n;
+		len -= n;
+	}
+	return len > 3 ? -1 : sum;
+}
+
+static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	union {
+		struct iphdr ip;
+		__u8 raw[64];
+	} h = {};
+	struct in6_addr saddr, daddr;
+
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN, &h.ip, sizeof(h.ip)) < 0)
+		return V6N_NOT_OURS;
+	if (h.ip.version != 4)
+		return V6N_NOT_OURS;
+	if (v6n_map_4to6_eam(h.ip.daddr, &daddr) < 0)
+		return V6N_NOT_OURS;
+
+	__u32 hlen = h.ip.ihl * 4, tot_len = bpf_ntohs(h.ip.tot_len);
+	if (hlen < V6N_IP4_HLEN || tot_len < hlen || V6N_ETH_HLEN + tot_len > skb->len)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (hlen > V6N_IP4_HLEN) {
+		if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN, h.raw, hlen & 0x3c) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+		if (v6n_has_source_route(skb, hlen - V6N_IP4_HLEN))
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	}
+	if (v6n_csum_fold(v6n_csum_diff(NULL, 0, h.raw, hlen & 0x3c)) != 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (v6n_map_4to6(cfg, h.ip.saddr, &saddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+
+	__u16 frag_field = bpf_ntohs(h.ip.frag_off);
+	__u16 frag_off = frag_field & V6N_IP4_OFFSET;
+	int fragmented = (frag_field & V6N_IP4_MF) || frag_off;
+	__u8 protocol = h.ip.protocol;
+	__u32 l4_off = V6N_ETH_HLEN + hlen, l4_len = tot_len - hlen;
+	struct icmphdr icmp;
+	struct icmp6hdr icmp6 = {};
+	int udp_no_csum = 0;
+
+	if (protocol == IPPROTO_ICMP) {
+		if (fragmented)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		if (bpf_skb_load_bytes(skb, l4_off, &icmp, sizeof(icmp)) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	}
+	int is_error = protocol == IPPROTO_ICMP && icmp.type != ICMP_ECHO && icmp.type != ICMP_ECHOREPLY;
+
+	if (h.ip.ttl <= 1) {
+		if (is_error)
+			return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
+		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
+	}
+
+	struct bpf_fib_lookup fib = { .ifindex = skb->ingress_ifindex };
+	if (protocol == IPPROTO_ICMP) {
+		if (is_error) {
+			if (hlen != V6N_IP4_HLEN)
+				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+			return V6N_OUTCOME(V6N_ACT_XLAT_ICMP_ERROR, V6N_REASON_PASS);
+		}
+		if (v6n_icmp4_to_icmp6(&icmp, &icmp6) < 0)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		protocol = IPPROTO_ICMPV6;
+	} else if (protocol == IPPROTO_UDP && frag_off == 0) {
+		__be16 check;
+		if (bpf_skb_load_bytes(skb, l4_off + offsetof(struct udphdr, check), &check, 2) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+		if (!check) {
+			/* RFC 7915 4.5: a stateless translator cannot checksum a
+			 * datagram it sees in pieces. */
+			if (fragmented)
+				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+			udp_no_csum = 1;
+		}
+	}
+
+	__u32 frag_len = fragmented ? sizeof(struct v6n_frag_hdr) : 0;
+	struct {
+		struct ipv6hdr ip6;
+		struct v6n_frag_hdr frag;
+	} out = {};
+	v6n_ip6_from_ip4(&out.ip6, &h.ip, fragmented ? IPPROTO_FRAGMENT : protocol, l4_len + frag_len, &saddr,
+			 &daddr);
+	if (fragmented) {
+		out.frag.nexthdr = protocol;
+		out.frag.frag_off = bpf_htons((frag_off << 3) | ((frag_field & V6N_IP4_MF) ? V6N_IP6_MF : 0));
+		out.frag.identification = bpf_htonl(bpf_ntohs(h.ip.id));
+	}
+
+	fib.family = AF_INET6;
+	__builtin_memcpy(fib.ipv6_src, &saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, &daddr, 16);
+	fib.tot_len = skb->gso_segs > 1 ? 0 : V6N_IP6_HLEN + frag_len + l4_len;
+	int rc = v6n_fib_lookup(skb, &fib);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		/*
+		 * IPv6 routers never fragment, and neither does this one: DF-clear
+		 * packets get the same Fragmentation Needed, which Linux senders
+		 * honour by fragmenting smaller (RFC 7915 would have the
+		 * translator fragment them instead).
+		 */
+		__u32 mtu = fib.mtu_result - (V6N_IP6_HLEN - V6N_IP4_HLEN) - frag_len;
+		return V6N_OUTCOME(V6N_ACT_TOO_BIG, V6N_REASON_DROP_TOO_BIG) | ((mtu & 0xffff) << 16);
+	}
+
+	if (bpf_skb_change_proto(skb, bpf_htons(ETH_P_IPV6), 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	/* Room is made or taken right after the 40-byte IPv6 header, which is
+	 * still inside the old IPv4 header: both get rewritten whole. */
+	__s32 delta = (__s32)(V6N_IP6_HLEN - V6N_IP4_HLEN + frag_len) - (__s32)hlen;
+	if (delta && bpf_skb_adjust_room(skb, delta, BPF_ADJ_ROOM_NET, 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	__be16 proto = bpf_htons(ETH_P_IPV6);
+	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, &out, sizeof(out.ip6), BPF_F_RECOMPUTE_CSUM) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	if (fragmented && bpf_skb_store_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN, &out.frag, sizeof(out.frag),
+					      BPF_F_RECOMPUTE_CSUM) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+
+	l4_off = V6N_ETH_HLEN + V6N_IP6_HLEN + frag_len;
+	if (protocol == IPPROTO_ICMPV6) {
+		struct {
+			struct v6n_pseudo6 pseudo;
+			__u8 type, code;
+			__u16 zero;
+		} to = { .pseudo = { saddr, daddr, bpf_htonl(l4_len), bpf_htonl(IPPROTO_ICMPV6) },
+			 .type = icmp6.icmp6_type,
+			 .code = icmp6.icmp6_code };
+		__u8 from[4] = { icmp.type, icmp.code, 0, 0 };
+		icmp6.icmp6_cksum = v6n_csum_update(icmp.checksum, v6n_csum_diff(from, 4, &to, sizeof(to)));
+		if (bpf_skb_store_bytes(skb, l4_off, &icmp6, 4, 0) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	} else if (udp_no_csum) {
+		struct v6n_pseudo6 pseudo = { saddr, daddr, bpf_htonl(l4_len), bpf_htonl(IPPROTO_UDP) };
+		__s64 data = v6n_csum_packet_long(skb, l4_off, l4_len);
+		if (data < 0)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		__u16 check = v6n_csum_fold(v6n_csum_add(v6n_csum_diff(NULL, 0, &pseudo, sizeof(pseudo)), (__u32)data));
+		if (!check)
+			check = 0xffff;
+		if (bpf_skb_store_bytes(skb, l4_off + offsetof(struct udphdr, check), &check, 2, 0) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	} else if ((protocol == IPPROTO_TCP || protocol == IPPROTO_UDP) && frag_off == 0) {
+		__be32 from[2] = { h.ip.saddr, h.ip.daddr }, to[8];
+		__builtin_memcpy(to, &saddr, 16);
+		__builtin_memcpy(to + 4, &daddr, 16);
+		__u32 diff = v6n_csum_diff(from, 8, to, 32);
+		__u32 off = l4_off + (protocol == IPPROTO_TCP ? offsetof(struct tcphdr, check)
+							      : offsetof(struct udphdr, check));
+		if (bpf_l4_csum_replace(skb, off, 0, diff,
+					BPF_F_PSEUDO_HDR | (protocol == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0)) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	}
+
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return V6N_OUTCOME(v6n_redirect(skb, &fib, rc), V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+}
+
+/* --- entry ------------------------------------------------------------------------ */
+
+SEC("classifier")
+int v6n_nat64(struct __sk_buff *skb)
+{
+	v6n_outcome outcome;
+	__u8 direction;
+
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		direction = V6N_DIRECTION_XLAT_6TO4;
+		outcome = v6n_6to4(skb);
+		switch (V6N_OUTCOME_ACTION(outcome)) {
+		case V6N_ACT_XLAT_ICMP_ERROR:
+			outcome = v6n_6to4_icmp_error(skb);
+			break;
+		case V6N_ACT_TIME_EXCEEDED:
+			outcome = V6N_OUTCOME(v6n_icmp6_error(skb, ICMPV6_TIME_EXCEED, ICMPV6_EXC_HOPLIMIT, 0),
+					      V6N_OUTCOME_REASON(outcome));
+			break;
+		case V6N_ACT_TOO_BIG:
+			outcome = V6N_OUTCOME(v6n_icmp6_error(skb, ICMPV6_PKT_TOOBIG, 0, V6N_OUTCOME_MTU(outcome)),
+					      V6N_OUTCOME_REASON(outcome));
+			break;
+		}
+	} else if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		direction = V6N_DIRECTION_XLAT_4TO6;
+		outcome = v6n_4to6(skb);
+		switch (V6N_OUTCOME_ACTION(outcome)) {
+		case V6N_ACT_XLAT_ICMP_ERROR:
+			outcome = v6n_4to6_icmp_error(skb);
+			break;
+		case V6N_ACT_TIME_EXCEEDED:
+			outcome = V6N_OUTCOME(v6n_icmp4_error(skb, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0),
+					      V6N_OUTCOME_REASON(outcome));
+			break;
+		case V6N_ACT_TOO_BIG:
+			outcome = V6N_OUTCOME(v6n_icmp4_error(skb, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED,
+							      V6N_OUTCOME_MTU(outcome)),
+					      V6N_OUTCOME_REASON(outcome));
+			break;
+		}
+	} else {
+		return TC_ACT_UNSPEC;
+	}
+	/* Traffic outside the mapping is the host program's to count. */
+	if (V6N_OUTCOME_ACTION(outcome) == TC_ACT_UNSPEC)
+		return TC_ACT_UNSPEC;
+	v6n_count(skb, direction, V6N_OUTCOME_REASON(outcome));
+	return V6N_OUTCOME_ACTION(outcome);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
