@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Attaching the host programs to devices, adopting what a previous agent
-//! pinned, and removing it all again.
+//! Attaching the host programs and the translator to devices, adopting what
+//! a previous agent pinned, and removing it all again.
 //!
 //! tcx links are pinned as `<pin_dir>/links/<device>-<direction>`. A pinned
 //! link keeps its program attached with no process holding it, which is what
@@ -33,23 +33,30 @@ use v6node_config::AttachMode;
 use crate::{bpf, linkinfo, paths::Paths, state};
 
 /// cls_bpf priority and handle v6node's filters use in clsact mode; fixed so
-/// that a new agent finds and replaces the filters of the previous one.
+/// that a new agent finds and replaces the filters of the previous one. The
+/// translator's filter comes one priority later, after the host program.
 const CLSACT_PRIORITY: u16 = 0x7636;
 const CLSACT_HANDLE: u32 = 0x7636;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
+    /// The host program at tc ingress.
     Ingress,
+    /// The host program at tc egress.
     Egress,
+    /// The translator, at tc ingress after the host program.
+    Nat64,
 }
 
 impl Direction {
-    pub const BOTH: [Direction; 2] = [Direction::Ingress, Direction::Egress];
+    /// Where the host programs go on each device in attach.devices.
+    pub const HOST: [Direction; 2] = [Direction::Ingress, Direction::Egress];
+    pub const ALL: [Direction; 3] = [Direction::Ingress, Direction::Egress, Direction::Nat64];
 
     fn tc(self) -> TcAttachType {
         match self {
-            Direction::Ingress => TcAttachType::Ingress,
+            Direction::Ingress | Direction::Nat64 => TcAttachType::Ingress,
             Direction::Egress => TcAttachType::Egress,
         }
     }
@@ -58,6 +65,7 @@ impl Direction {
         match self {
             Direction::Ingress => bpf::HOST_INGRESS,
             Direction::Egress => bpf::HOST_EGRESS,
+            Direction::Nat64 => bpf::NAT64,
         }
     }
 
@@ -65,13 +73,38 @@ impl Direction {
         match self {
             Direction::Ingress => "ingress",
             Direction::Egress => "egress",
+            Direction::Nat64 => "nat64",
         }
     }
 
     fn parse(name: &str) -> Option<Direction> {
-        Direction::BOTH.into_iter().find(|d| d.name() == name)
+        Direction::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// The host program filters first, so a denied source never reaches the
+    /// translator (or anything other agents attach); the translator goes
+    /// last, after whatever else inspects the untranslated packet.
+    fn order(self) -> LinkOrder {
+        match self {
+            Direction::Nat64 => LinkOrder::last(),
+            _ => LinkOrder::first(),
+        }
+    }
+
+    fn clsact_priority(self) -> u16 {
+        match self {
+            Direction::Nat64 => CLSACT_PRIORITY + 1,
+            _ => CLSACT_PRIORITY,
+        }
+    }
+
+    fn is_nat64(self) -> bool {
+        self == Direction::Nat64
     }
 }
+
+/// What should be attached: (device, direction) -> ifindex.
+pub type Wanted = BTreeMap<(String, Direction), u32>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -206,86 +239,95 @@ fn inspect_pin(pin: &Path, ifindex: Option<u32>) -> Result<PinnedState> {
 /// nothing to do costs a few syscalls and leaves no stray programs behind.
 pub struct Attacher {
     paths: Paths,
-    ebpf: Option<Ebpf>,
+    host: Option<Ebpf>,
+    nat64: Option<Ebpf>,
     /// Tags of the programs this agent carries, learnt on first load.
     tags: BTreeMap<&'static str, u64>,
 }
 
 impl Attacher {
     pub fn new(paths: Paths) -> Attacher {
-        Attacher { paths, ebpf: None, tags: BTreeMap::new() }
+        Attacher { paths, host: None, nat64: None, tags: BTreeMap::new() }
     }
 
-    /// Loads the object to verify it and learn its program tags; the first
-    /// reconcile reuses it, then lets it go.
+    /// Loads the host object to verify it and learn its program tags; the
+    /// first reconcile reuses it, then lets it go.
     pub fn verify(&mut self) -> Result<()> {
-        self.ebpf()?;
+        self.ebpf(Direction::Ingress)?;
         Ok(())
     }
 
-    fn ebpf(&mut self) -> Result<&mut Ebpf> {
-        if self.ebpf.is_none() {
-            fs::create_dir_all(&self.paths.pin_dir)
-                .with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
-            let mut ebpf = bpf::load_host(&self.paths.pin_dir)?;
-            for direction in Direction::BOTH {
-                let name = direction.program();
-                self.tags.insert(name, bpf::classifier(&mut ebpf, name)?.info()?.tag());
-            }
-            self.ebpf = Some(ebpf);
-        }
-        Ok(self.ebpf.as_mut().expect("loaded above"))
+    /// Loads the translator, which verifies it and creates (or opens) its
+    /// pinned tables, so they can be filled before it is attached anywhere.
+    pub fn prepare_nat64(&mut self) -> Result<()> {
+        self.ebpf(Direction::Nat64)?;
+        Ok(())
     }
 
-    fn tag(&mut self, program: &'static str) -> Result<u64> {
-        if self.tags.is_empty() {
-            self.ebpf()?;
+    /// The object holding `direction`'s program, loaded on first use.
+    fn ebpf(&mut self, direction: Direction) -> Result<&mut Ebpf> {
+        let slot = if direction.is_nat64() { &mut self.nat64 } else { &mut self.host };
+        if slot.is_none() {
+            fs::create_dir_all(&self.paths.pin_dir)
+                .with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
+            let (mut ebpf, programs): (Ebpf, &[Direction]) = if direction.is_nat64() {
+                (bpf::load_nat64(&self.paths.pin_dir)?, &[Direction::Nat64])
+            } else {
+                (bpf::load_host(&self.paths.pin_dir)?, &Direction::HOST)
+            };
+            for d in programs {
+                let name = d.program();
+                self.tags.insert(name, bpf::classifier(&mut ebpf, name)?.info()?.tag());
+            }
+            *slot = Some(ebpf);
         }
-        Ok(self.tags[program])
+        Ok(slot.as_mut().expect("loaded above"))
+    }
+
+    fn tag(&mut self, direction: Direction) -> Result<u64> {
+        if !self.tags.contains_key(direction.program()) {
+            self.ebpf(direction)?;
+        }
+        Ok(self.tags[direction.program()])
     }
 
     /// Drops our handles: attached programs stay, held by their links.
     pub fn release(&mut self) {
-        self.ebpf = None;
+        self.host = None;
+        self.nat64 = None;
     }
 
-    pub fn reconcile(
-        &mut self,
-        mode: Mode,
-        wanted: &BTreeMap<String, u32>,
-        previous: &[Attachment],
-    ) -> Vec<Attachment> {
+    pub fn reconcile(&mut self, mode: Mode, wanted: &Wanted, previous: &[Attachment]) -> Vec<Attachment> {
         let mut report = Vec::new();
-        for (device, &ifindex) in wanted {
-            for direction in Direction::BOTH {
-                let known = previous.iter().find(|a| {
-                    a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
-                });
-                let result = match (mode, known) {
-                    (Mode::Tcx, _) => self.attach_tcx(device, ifindex, direction, known.is_some()),
-                    (Mode::Clsact, Some(known)) => Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None }),
-                    (Mode::Clsact, None) => self.attach_clsact(device, direction),
-                };
-                let (outcome, error) = match result {
-                    Ok(outcome) => (outcome, None),
-                    Err(e) => (Outcome { action: Action::Failed, program_id: None, link_id: None }, Some(format!("{e:#}"))),
-                };
-                if let Some(error) = &error {
-                    log::error!("{device} {}: {error}", direction.name());
-                } else if outcome.action != Action::Unchanged {
-                    log::info!("{device} {}: {} ({mode:?})", direction.name(), outcome.action);
-                }
-                report.push(Attachment {
-                    device: device.clone(),
-                    ifindex,
-                    direction,
-                    mode,
-                    action: outcome.action,
-                    program_id: outcome.program_id,
-                    link_id: outcome.link_id,
-                    error,
-                });
+        for ((device, direction), &ifindex) in wanted {
+            let direction = *direction;
+            let known = previous.iter().find(|a| {
+                a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
+            });
+            let result = match (mode, known) {
+                (Mode::Tcx, _) => self.attach_tcx(device, ifindex, direction, known.is_some()),
+                (Mode::Clsact, Some(known)) => Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None }),
+                (Mode::Clsact, None) => self.attach_clsact(device, direction),
+            };
+            let (outcome, error) = match result {
+                Ok(outcome) => (outcome, None),
+                Err(e) => (Outcome { action: Action::Failed, program_id: None, link_id: None }, Some(format!("{e:#}"))),
+            };
+            if let Some(error) = &error {
+                log::error!("{device} {}: {error}", direction.name());
+            } else if outcome.action != Action::Unchanged {
+                log::info!("{device} {}: {} ({mode:?})", direction.name(), outcome.action);
             }
+            report.push(Attachment {
+                device: device.clone(),
+                ifindex,
+                direction,
+                mode,
+                action: outcome.action,
+                program_id: outcome.program_id,
+                link_id: outcome.link_id,
+                error,
+            });
         }
         // Removing what is no longer wanted comes last, so a device moving
         // between modes is never left without a program in between.
@@ -306,7 +348,7 @@ impl Attacher {
         match inspect_pin(&pin, Some(ifindex))? {
             PinnedState::Attached { link_id, program_id } => {
                 let current = pinned_program_tag(&self.paths, device, direction, program_id);
-                if current == Some(self.tag(direction.program())?) {
+                if current == Some(self.tag(direction)?) {
                     let action = if known { Action::Unchanged } else { Action::Adopted };
                     return Ok(Outcome { action, program_id: Some(program_id), link_id: Some(link_id) });
                 }
@@ -314,7 +356,7 @@ impl Attacher {
                 // or a developer's override): swap it in place with
                 // BPF_LINK_UPDATE, which the kernel does atomically per packet.
                 let link = FdLink::from(PinnedLink::from_pin(&pin)?);
-                let program = bpf::classifier(self.ebpf()?, direction.program())?;
+                let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let new_id = program.info()?.id();
                 let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
                 let _: FdLink = program.take_link(id)?.try_into()?;
@@ -329,15 +371,9 @@ impl Attacher {
                 for dir in [self.paths.links_dir(), self.paths.programs_dir()] {
                     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
                 }
-                let program = bpf::classifier(self.ebpf()?, direction.program())?;
+                let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let program_id = program.info()?.id();
-                // First in the chain: a denied source must not reach programs
-                // other agents attach after ours.
-                let id = program.attach_with_options(
-                    device,
-                    direction.tc(),
-                    TcAttachOptions::TcxOrder(LinkOrder::first()),
-                )?;
+                let id = program.attach_with_options(device, direction.tc(), TcAttachOptions::TcxOrder(direction.order()))?;
                 let link: FdLink = program.take_link(id)?.try_into()?;
                 let link_id = link.info()?.id();
                 link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
@@ -351,15 +387,15 @@ impl Attacher {
         // Fails with EEXIST when the qdisc is there already; any other
         // failure shows up as the attach error below.
         let _ = tc::qdisc_add_clsact(device);
-        let program = bpf::classifier(self.ebpf()?, direction.program())?;
+        let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
         let program_id = program.info()?.id();
-        let options = NlOptions { priority: CLSACT_PRIORITY, handle: TcHandle::from(CLSACT_HANDLE), classid: None };
+        let options = NlOptions { priority: direction.clsact_priority(), handle: TcHandle::from(CLSACT_HANDLE), classid: None };
         let (action, id) = match program.attach_with_options(device, direction.tc(), TcAttachOptions::Netlink(options)) {
             Ok(id) => (Action::Attached, id),
             Err(_) => {
                 // Our filter is there from a previous agent: cls_bpf swaps the
                 // program of an existing filter atomically.
-                let existing = SchedClassifierLink::attached(device, direction.tc(), CLSACT_PRIORITY, TcHandle::from(CLSACT_HANDLE), None)?;
+                let existing = SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
                 (Action::Replaced, program.attach_to_link(existing)?)
             }
         };
@@ -368,9 +404,9 @@ impl Attacher {
         Ok(Outcome { action, program_id: Some(program_id), link_id: None })
     }
 
-    fn remove_unwanted(&mut self, mode: Mode, wanted: &BTreeMap<String, u32>, previous: &[Attachment]) {
+    fn remove_unwanted(&mut self, mode: Mode, wanted: &Wanted, previous: &[Attachment]) {
         for (device, direction, pin) in pinned_links(&self.paths) {
-            if mode == Mode::Tcx && wanted.contains_key(&device) {
+            if mode == Mode::Tcx && wanted.contains_key(&(device.clone(), direction)) {
                 continue;
             }
             let _ = fs::remove_file(program_pin(&self.paths, &device, direction));
@@ -380,7 +416,7 @@ impl Attacher {
             }
         }
         for old in previous.iter().filter(|a| a.mode == Mode::Clsact && a.error.is_none()) {
-            if mode == Mode::Clsact && wanted.get(&old.device) == Some(&old.ifindex) {
+            if mode == Mode::Clsact && wanted.get(&(old.device.clone(), old.direction)) == Some(&old.ifindex) {
                 continue;
             }
             match detach_clsact(&old.device, old.direction) {
@@ -402,7 +438,7 @@ fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
 }
 
 fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
-    let link = SchedClassifierLink::attached(device, direction.tc(), CLSACT_PRIORITY, TcHandle::from(CLSACT_HANDLE), None)?;
+    let link = SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
     link.detach().map_err(anyhow::Error::from)
 }
 
@@ -483,7 +519,7 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
     // clsact filters are found by their fixed priority and handle on every
     // device, since no pin records them.
     for device in devices()?.keys() {
-        for direction in Direction::BOTH {
+        for direction in Direction::ALL {
             if detach_clsact(device, direction).is_ok() {
                 println!("detached {device} {} (clsact filter)", direction.name());
                 removed += 1;
@@ -524,7 +560,7 @@ mod tests {
     fn link_pin_names_round_trip_even_with_dashes_and_dots_in_device_names() {
         let paths = Paths { pin_dir: "/p".into(), state_dir: "/s".into(), config_root: "/".into() };
         for device in ["eth0", "br-lan", "eth0.100", "en-p-1"] {
-            for direction in Direction::BOTH {
+            for direction in Direction::ALL {
                 let pin = link_pin(&paths, device, direction);
                 let name = pin.file_name().unwrap().to_str().unwrap();
                 assert_eq!(parse_link_pin(name), Some((device.to_owned(), direction)));

@@ -16,16 +16,30 @@ const HOST_OBJECT_OVERRIDE: &str = "V6NODE_DATAPLANE_HOST_OBJECT";
 pub const HOST_INGRESS: &str = "v6n_from_dev";
 pub const HOST_EGRESS: &str = "v6n_to_dev";
 
+/// Entry object of the NAT46/64 translator (bpf/nat64.bpf.c).
+static NAT64_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/nat64.bpf.o"));
+const NAT64_OBJECT_OVERRIDE: &str = "V6NODE_DATAPLANE_NAT64_OBJECT";
+pub const NAT64: &str = "v6n_nat64";
+
 /// Loads the host object into the kernel. Maps declared pinned-by-name are
 /// opened from `pin_dir` when they exist there, so counters and tables
 /// survive agent restarts; new ones are created and pinned.
 pub fn load_host(pin_dir: &Path) -> Result<Ebpf> {
-    let bytes: Cow<[u8]> = match std::env::var_os(HOST_OBJECT_OVERRIDE) {
+    load(pin_dir, "host", HOST_OBJECT, HOST_OBJECT_OVERRIDE, &[HOST_INGRESS, HOST_EGRESS])
+}
+
+/// Loads the translator; its tables are pinned beside the host object's.
+pub fn load_nat64(pin_dir: &Path) -> Result<Ebpf> {
+    load(pin_dir, "nat64", NAT64_OBJECT, NAT64_OBJECT_OVERRIDE, &[NAT64])
+}
+
+fn load(pin_dir: &Path, what: &str, embedded: &'static [u8], override_var: &str, programs: &[&str]) -> Result<Ebpf> {
+    let bytes: Cow<[u8]> = match std::env::var_os(override_var) {
         Some(path) => {
-            log::warn!("loading BPF from {} ({HOST_OBJECT_OVERRIDE})", Path::new(&path).display());
+            log::warn!("loading BPF from {} ({override_var})", Path::new(&path).display());
             Cow::Owned(std::fs::read(&path).with_context(|| format!("reading {}", Path::new(&path).display()))?)
         }
-        None => Cow::Borrowed(HOST_OBJECT),
+        None => Cow::Borrowed(embedded),
     };
     // No CO-RE relocations in these objects (tc programs see the kernel only
     // through __sk_buff, which the verifier rewrites), so the kernel's BTF is
@@ -34,8 +48,8 @@ pub fn load_host(pin_dir: &Path) -> Result<Ebpf> {
         .btf(None)
         .default_map_pin_directory(pin_dir)
         .load(&bytes)
-        .context("loading the host BPF object")?;
-    for name in [HOST_INGRESS, HOST_EGRESS] {
+        .with_context(|| format!("loading the {what} BPF object"))?;
+    for &name in programs {
         let program: &mut SchedClassifier = ebpf
             .program_mut(name)
             .with_context(|| format!("BPF object has no program {name}"))?

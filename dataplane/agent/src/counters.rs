@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::{Context, Result};
 use aya::maps::{Map, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, CounterKey, CounterValue, Reason};
+use v6node_abi::{maps, CounterKey, CounterValue, Direction, Reason};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CounterRow {
@@ -33,7 +33,8 @@ pub fn read(pin_dir: &Path) -> Result<Vec<CounterRow>> {
     for entry in map.iter() {
         let (key, per_cpu) = entry.context("reading counters")?;
         let Some(reason) = Reason::from_u8(key.reason) else { continue };
-        let direction = if key.direction == 0 { "ingress" } else { "egress" };
+        let Some(direction) = Direction::from_u8(key.direction) else { continue };
+        let direction = direction.name();
         rows.push(CounterRow {
             device: device_name(key.ifindex, &names),
             ifindex: key.ifindex,

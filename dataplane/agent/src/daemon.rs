@@ -24,7 +24,7 @@ use tokio::{
 use v6node_config::{Config, LoadedConfig};
 
 use crate::{
-    attach::{self, Attacher, Mode},
+    attach::{self, Attacher, Direction, Mode, Wanted},
     bigtcp, logging, metrics,
     paths::Paths,
     state::{self, Reload, State},
@@ -174,6 +174,10 @@ impl Daemon {
             state.deny_sources.as_ref().map_or(0, |d| d.entries),
             state.bigtcp.iter().filter(|r| r.error.is_none()).count(),
         );
+        if let Some(nat64) = &state.nat64 {
+            let devices = state.attachments.iter().filter(|a| a.direction == Direction::Nat64 && a.error.is_none()).count();
+            summary.push_str(&format!(", NAT64 {} with {} EAM(s) on {devices} device(s)", nat64.prefix, nat64.eam.entries));
+        }
         if failed > 0 {
             summary.push_str(&format!(", {failed} failed"));
         }
@@ -222,6 +226,20 @@ impl Daemon {
             .collect())
     }
 
+    /// Host programs on attach.devices, the translator on nat64.devices.
+    fn wanted_attachments(config: &Config) -> Result<Wanted> {
+        let mut wanted = Wanted::new();
+        for (device, ifindex) in Self::wanted(&config.attach.devices)? {
+            for direction in Direction::HOST {
+                wanted.insert((device.clone(), direction), ifindex);
+            }
+        }
+        for (device, ifindex) in Self::wanted(&config.nat64.devices)? {
+            wanted.insert((device, Direction::Nat64), ifindex);
+        }
+        Ok(wanted)
+    }
+
     /// Applies a validated configuration. Tables first, then attachments,
     /// then device tuning, so a newly attached device filters from its first
     /// packet.
@@ -232,10 +250,22 @@ impl Daemon {
             "deny table: {} entries ({} added, {} changed, {} removed in {} µs)",
             deny.entries, deny.inserted, deny.updated, deny.removed, deny.write_micros
         );
+        let nat64 = if config.nat64.devices.is_empty() {
+            None
+        } else {
+            self.attacher.prepare_nat64()?;
+            let stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64)?;
+            log::info!(
+                "NAT64 prefix {}, {} EAM(s) ({} added, {} changed, {} removed in {} µs)",
+                stats.prefix, stats.eam.entries, stats.eam.inserted, stats.eam.updated, stats.eam.removed, stats.eam.write_micros
+            );
+            Some(stats)
+        };
         self.update(|s| {
             s.generation += 1;
             s.config_files = loaded.files.clone();
             s.deny_sources = Some(deny);
+            s.nat64 = nat64;
         });
         logging::set_level(config.log.level.as_str());
         self.loaded = loaded.clone();
@@ -273,7 +303,7 @@ impl Daemon {
         let config = self.loaded.config.clone();
         let mode = Mode::resolve(config.attach.mode);
         let previous = self.state.lock().expect("state lock").attachments.clone();
-        let attachments = match Self::wanted(&config.attach.devices) {
+        let attachments = match Self::wanted_attachments(&config) {
             Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),
             Err(e) => {
                 log::error!("{e:#}");

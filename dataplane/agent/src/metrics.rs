@@ -51,6 +51,7 @@ pub fn render(paths: &Paths, state: &State) -> String {
         ("v6node_dataplane_last_reload_success", "1 if the last reload was applied, 0 if it was refused.", f64::from(u8::from(reload_ok))),
         ("v6node_dataplane_attachments", "Device and direction pairs with a v6node program attached.", attached as f64),
         ("v6node_dataplane_deny_sources", "Prefixes in the source deny table.", state.deny_sources.as_ref().map_or(0.0, |d| d.entries as f64)),
+        ("v6node_dataplane_nat64_eam_entries", "Explicit address mappings in the translator's tables.", state.nat64.as_ref().map_or(0.0, |n| n.eam.entries as f64)),
     ];
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");

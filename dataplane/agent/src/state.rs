@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::{attach::Attachment, attach::Mode, bigtcp, paths::Paths, tables::SyncStats};
+use crate::{attach::Attachment, attach::Mode, bigtcp, paths::Paths, tables::{Nat64Stats, SyncStats}};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct State {
@@ -33,6 +33,8 @@ pub struct State {
     pub attachments: Vec<Attachment>,
     pub bigtcp: Vec<bigtcp::Report>,
     pub deny_sources: Option<SyncStats>,
+    /// The translator's tables; None while nat64.devices is empty.
+    pub nat64: Option<Nat64Stats>,
     pub metrics: Metrics,
 }
 

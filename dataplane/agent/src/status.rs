@@ -13,7 +13,7 @@ use crate::{
     counters::{self, CounterRow},
     paths::Paths,
     state::{self, Reload},
-    tables::SyncStats,
+    tables::{Nat64Stats, SyncStats},
 };
 
 #[derive(Serialize)]
@@ -29,6 +29,8 @@ struct Status {
     attachments: Vec<Attachment>,
     bigtcp: Vec<bigtcp::Report>,
     deny_sources: Option<SyncStats>,
+    /// The translator's prefix and mappings; null while it is off.
+    nat64: Option<Nat64Stats>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
 }
@@ -90,6 +92,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         attachments: recorded.attachments,
         bigtcp: recorded.bigtcp,
         deny_sources: recorded.deny_sources,
+        nat64: recorded.nat64,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -180,6 +183,14 @@ fn human(status: &Status) -> String {
 
     if let Some(deny) = &status.deny_sources {
         let _ = writeln!(out, "\ndeny table:  {} source prefixes", deny.entries);
+    }
+    match &status.nat64 {
+        Some(nat64) => {
+            let _ = writeln!(out, "nat64:       prefix {}, {} explicit address mapping(s)", nat64.prefix, nat64.eam.entries);
+        }
+        None => {
+            let _ = writeln!(out, "nat64:       off");
+        }
     }
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status

@@ -6,16 +6,18 @@ use std::{collections::HashMap, path::Path, time::Instant};
 use anyhow::{Context, Result};
 use aya::maps::{
     lpm_trie::{Key, LpmTrie},
-    Map, MapData,
+    HashMap as BpfHashMap, Map, MapData,
 };
 use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, DenyValue, Lpm6Key};
+use v6node_abi::{maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config};
+use v6node_config::Nat64;
 
 /// aya's LPM key is `{ u32 prefix_len; K data }`; with K = [u8; 16] it must
 /// be byte for byte the C side's `struct v6n_lpm6_key`.
 type DenyKey = Key<[u8; 16]>;
 const _: () = assert!(std::mem::size_of::<DenyKey>() == std::mem::size_of::<Lpm6Key>());
+const _: () = assert!(std::mem::size_of::<Key<[u8; 4]>>() == std::mem::size_of::<Lpm4Key>());
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct SyncStats {
@@ -67,4 +69,86 @@ pub fn sync_deny(pin_dir: &Path, wanted: &[Ipv6Net]) -> Result<SyncStats> {
     }
     stats.write_micros = started.elapsed().as_micros() as u64;
     Ok(stats)
+}
+
+/// What syncing the translator's tables did, for `status`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Nat64Stats {
+    pub prefix: String,
+    /// Explicit address mappings; each is one entry in both EAM tables.
+    pub eam: SyncStats,
+}
+
+fn open_trie<const N: usize>(pin_dir: &Path, name: &str) -> Result<LpmTrie<MapData, [u8; N], EamValue>> {
+    let pin = pin_dir.join(name);
+    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
+    Ok(LpmTrie::try_from(Map::LpmTrie(data))?)
+}
+
+/// Makes an EAM table hold exactly `wanted`: writes first, removals last.
+fn sync_trie<const N: usize>(
+    trie: &mut LpmTrie<MapData, [u8; N], EamValue>,
+    wanted: &[((u32, [u8; N]), EamValue)],
+    stats: &mut SyncStats,
+) -> Result<Vec<(u32, [u8; N])>> {
+    let mut current: HashMap<(u32, [u8; N]), EamValue> = HashMap::new();
+    for entry in trie.iter() {
+        let (key, value) = entry.context("reading an EAM table")?;
+        current.insert((key.prefix_len(), key.data()), value);
+    }
+    for (slot, value) in wanted {
+        match current.remove(slot) {
+            Some(old) if old == *value => continue,
+            Some(_) => stats.updated += 1,
+            None => stats.inserted += 1,
+        }
+        trie.insert(&Key::new(slot.0, slot.1), *value, 0).context("writing an EAM entry")?;
+    }
+    Ok(current.into_keys().collect())
+}
+
+/// Fills the translator's tables from `[nat64]`. New and changed mappings go
+/// in first, then the prefix (one atomic element swap), then stale mappings
+/// come out: a mapping present before and after never disappears, so a
+/// reload does not interrupt the traffic it translates.
+pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
+    let mut eam6 = open_trie::<16>(pin_dir, maps::EAM6)?;
+    let mut eam4 = open_trie::<4>(pin_dir, maps::EAM4)?;
+    let values: Vec<EamValue> = nat64
+        .eam
+        .iter()
+        .enumerate()
+        .map(|(rule, e)| EamValue {
+            ipv6: e.ipv6.network().octets(),
+            ipv4: e.ipv4.network().octets(),
+            ipv6_len: e.ipv6.prefix_len(),
+            ipv4_len: e.ipv4.prefix_len(),
+            pad: 0,
+            rule: rule as u32,
+        })
+        .collect();
+    let by6: Vec<_> = values.iter().map(|v| ((u32::from(v.ipv6_len), v.ipv6), *v)).collect();
+    let by4: Vec<_> = values.iter().map(|v| ((u32::from(v.ipv4_len), v.ipv4), *v)).collect();
+    let mut stats = SyncStats { entries: values.len(), ..SyncStats::default() };
+    let read_and_write = Instant::now();
+    let stale6 = sync_trie(&mut eam6, &by6, &mut stats)?;
+    // Each mapping counts once, though it lives in both tables.
+    let mut stats4 = SyncStats::default();
+    let stale4 = sync_trie(&mut eam4, &by4, &mut stats4)?;
+
+    let pin = pin_dir.join(maps::NAT64_CONFIG);
+    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
+    let mut config: BpfHashMap<MapData, u32, Nat64Config> = BpfHashMap::try_from(Map::HashMap(data))?;
+    let value = Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), pad: [0; 3] };
+    config.insert(0, value, 0).context("writing the NAT64 prefix")?;
+
+    for (len, addr) in &stale6 {
+        eam6.remove(&Key::new(*len, *addr)).context("removing a stale EAM entry")?;
+    }
+    for (len, addr) in &stale4 {
+        eam4.remove(&Key::new(*len, *addr)).context("removing a stale EAM entry")?;
+    }
+    stats.removed = stale6.len().max(stale4.len());
+    stats.write_micros = read_and_write.elapsed().as_micros() as u64;
+    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats })
 }

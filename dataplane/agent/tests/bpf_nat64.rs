@@ -13,6 +13,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use common::*;
 use v6node_abi::{Direction, Reason};
 
+/// (type, code, the 4 bytes after the checksum) in, and what must come out.
+type IcmpCase = (u8, u8, [u8; 4], u8, u8, [u8; 4]);
+
 const D64: Direction = Direction::V6N_DIRECTION_XLAT_6TO4;
 const D46: Direction = Direction::V6N_DIRECTION_XLAT_4TO6;
 
@@ -292,7 +295,7 @@ fn assert_quote_is_ipv4_udp(icmp_message: &[u8]) {
 fn icmpv6_errors_become_icmp_errors_with_the_quoted_packet_translated() {
     let net = Net::enter();
     let xlat = Xlat::load("icmp6err");
-    let cases: [(u8, u8, [u8; 4], u8, u8, [u8; 4]); 5] = [
+    let cases: [IcmpCase; 5] = [
         (2, 0, 1400u32.to_be_bytes(), 3, 4, [0, 0, 0x05, 0x64]), // PTB 1400 -> Frag Needed 1380
         (1, 4, [0; 4], 3, 3, [0; 4]),                           // port unreachable
         (1, 1, [0; 4], 3, 10, [0; 4]),                          // administratively prohibited
@@ -321,7 +324,7 @@ fn icmp_errors_become_icmpv6_errors_with_the_quoted_packet_translated() {
     let net = Net::enter();
     let xlat = Xlat::load("icmp4err");
     let inner = ipv4(V6_HOST_AS_V4, V4_HOST, 63, 17, 0x4000, &udp(9, 5353, b"quoted datagram"), Some(6));
-    let cases: [(u8, u8, [u8; 4], u8, u8, [u8; 4]); 4] = [
+    let cases: [IcmpCase; 4] = [
         (3, 4, [0, 0, 0x05, 0x14], 2, 0, 1320u32.to_be_bytes()), // Frag Needed 1300 -> PTB 1320
         (3, 3, [0; 4], 1, 4, [0; 4]),                           // port unreachable
         (11, 0, [0; 4], 3, 0, [0; 4]),                          // TTL exceeded

@@ -3,11 +3,11 @@
 //! of the validator or `Default`, so the agent can use them without checks.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use ipnet::Ipv6Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Serialize, Serializer};
 
 /// `ALL`, `as_str`, Display and FromStr for a setting spelled as one of a
@@ -55,6 +55,11 @@ pub const BIGTCP_DEFAULT: u32 = 196608;
 /// Bounds the deny map the agent has to size at load time.
 pub const DENY_SOURCES_MAX: usize = 262144;
 
+/// Entries the translator's EAM tables are sized for (`V6N_EAM_MAX`).
+pub const EAM_MAX: usize = 65536;
+/// RFC 6052 section 2.2: the prefix lengths an IPv4 address can be embedded under.
+pub const NAT64_PREFIX_LENGTHS: [u8; 6] = [32, 40, 48, 56, 64, 96];
+
 /// Interface names are at most IFNAMSIZ - 1 bytes.
 pub(crate) const IFNAME_MAX: usize = 15;
 /// `sun_path` is 108 bytes and std needs room for the terminating NUL.
@@ -65,6 +70,7 @@ pub struct Config {
     pub attach: Attach,
     pub bigtcp: BigTcp,
     pub filter: Filter,
+    pub nat64: Nat64,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -198,6 +204,43 @@ pub struct Filter {
 
 fn serialize_displayed<S: Serializer>(nets: &[Ipv6Net], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(nets.iter().map(|n| n.to_string()))
+}
+
+/// The stateless NAT46/64 translator (SIIT, RFC 7915).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Nat64 {
+    /// Interfaces the translator attaches to (tc ingress); none: off.
+    pub devices: Vec<DevicePattern>,
+    /// RFC 6052 prefix IPv4 addresses are embedded in.
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub prefix: Ipv6Net,
+    /// RFC 7757 explicit address mappings, in config order.
+    pub eam: Vec<Eam>,
+}
+
+impl Default for Nat64 {
+    fn default() -> Self {
+        Nat64 { devices: Vec::new(), prefix: well_known_prefix(), eam: Vec::new() }
+    }
+}
+
+/// RFC 6052's well-known prefix, 64:ff9b::/96.
+pub fn well_known_prefix() -> Ipv6Net {
+    Ipv6Net::new(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96).expect("valid prefix")
+}
+
+/// One explicit address mapping: both prefixes leave the same number of
+/// host bits, which carry over unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Eam {
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub ipv6: Ipv6Net,
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub ipv4: Ipv4Net,
+}
+
+fn serialize_one_displayed<T: fmt::Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]

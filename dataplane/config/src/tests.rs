@@ -365,7 +365,7 @@ fn unknown_keys() {
     bad(
         "foo = 1",
         "foo",
-        "unknown key `foo`; expected one of attach, bigtcp, filter, metrics, log",
+        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, metrics, log",
     );
     bad("[foo]", "foo", "unknown key `foo`");
     bad(
@@ -732,4 +732,66 @@ fn display_is_one_line() {
 
     let e = bad("\"a\\nb\" = 1", "a\nb", "unknown key");
     assert!(!e.to_string().contains('\n'), "{e}");
+}
+
+// --- nat64 ---
+
+#[test]
+fn nat64_defaults_to_off_under_the_well_known_prefix() {
+    let c = Config::default();
+    assert!(c.nat64.devices.is_empty());
+    assert_eq!(c.nat64.prefix.to_string(), "64:ff9b::/96");
+    assert!(c.nat64.eam.is_empty());
+}
+
+#[test]
+fn nat64_section_with_prefix_and_mappings() {
+    let c = ok(r#"
+[nat64]
+devices = ["eth0", "eth1"]
+prefix = "64:ff9b:1::/48"
+eam = [
+  { ipv6 = "2001:db8:6::/120", ipv4 = "198.51.100.0/24" },
+  { ipv6 = "2001:db8:80::80/128", ipv4 = "203.0.113.80/32" },
+]
+"#);
+    assert_eq!(strs(&c.nat64.devices), ["eth0", "eth1"]);
+    assert_eq!(c.nat64.prefix.to_string(), "64:ff9b:1::/48");
+    let eam: Vec<String> = c.nat64.eam.iter().map(|e| format!("{} {}", e.ipv6, e.ipv4)).collect();
+    assert_eq!(eam, ["2001:db8:6::/120 198.51.100.0/24", "2001:db8:80::80/128 203.0.113.80/32"]);
+    for len in NAT64_PREFIX_LENGTHS {
+        let prefix = if len == 32 { "2001:db8::".to_owned() } else { "2001:db8:100::".to_owned() };
+        let net: ipnet::Ipv6Net = format!("{prefix}/{len}").parse().unwrap();
+        let c = ok(&format!("[nat64]\nprefix = \"{}\"\n", net.trunc()));
+        assert_eq!(c.nat64.prefix.prefix_len(), len);
+    }
+}
+
+#[test]
+fn bad_nat64_prefix() {
+    bad("[nat64]\nprefix = \"64:ff9b::/80\"\n", "nat64.prefix", "not an RFC 6052 prefix length");
+    bad("[nat64]\nprefix = \"64:ff9b::1/96\"\n", "nat64.prefix", "host bits set; did you mean 64:ff9b::/96?");
+    bad("[nat64]\nprefix = \"192.0.2.0/24\"\n", "nat64.prefix", "not an IPv6 prefix");
+    bad("[nat64]\nprefix = 96\n", "nat64.prefix", "expected a string, found an integer");
+}
+
+#[test]
+fn bad_nat64_mappings() {
+    let eam = |items: &str| format!("[nat64]\neam = [{items}]\n");
+    bad(&eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "198.51.100.0/25" }"#), "nat64.eam[0]", "leaves 8 host bits but 198.51.100.0/25 leaves 7");
+    bad(&eam(r#"{ ipv6 = "2001:db8::/120" }"#), "nat64.eam[0].ipv4", "missing");
+    bad(&eam(r#"{ ipv6 = "2001:db8::1", ipv4 = "192.0.2.1/32" }"#), "nat64.eam[0].ipv6", "write 2001:db8::1/128");
+    bad(&eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1" }"#), "nat64.eam[0].ipv4", "write 192.0.2.1/32");
+    bad(&eam(r#"{ ipv6 = "2001:db8::/64", ipv4 = "10.0.0.0/8" }"#), "nat64.eam[0].ipv6", "use /96 or longer");
+    bad(&eam(r#"{ ipv6 = "2001:db8::1/120", ipv4 = "192.0.2.0/24" }"#), "nat64.eam[0].ipv6", "host bits set");
+    bad(&eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "192.0.2.1/24" }"#), "nat64.eam[0].ipv4", "host bits set; did you mean 192.0.2.0/24?");
+    bad(&eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1/32", port = 80 }"#), "nat64.eam[0].port", "unknown key `port`");
+    bad(
+        &eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1/32" }, { ipv6 = "2001:db8::2/128", ipv4 = "192.0.2.1/32" }"#),
+        "nat64.eam[1].ipv4",
+        "mapped already (item 0)",
+    );
+    bad(&eam(r#""2001:db8::1/128 192.0.2.1/32""#), "nat64.eam[0]", "expected a table");
+    bad("[nat64]\neam = \"2001:db8::/120\"\n", "nat64.eam", "expected an array of tables");
+    bad("[nat64]\ndevices = [\"eth0:1\"]\n", "nat64.devices[0]", "contains `:`");
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv6Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use toml::{Table, Value};
 
 use crate::merge::Merged;
@@ -17,7 +17,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(crate) fn build(m: &Merged) -> Result<Config> {
     let v = Validator { m };
     let root = &m.table;
-    v.known_keys(root, "", &["attach", "bigtcp", "filter", "metrics", "log"])?;
+    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "metrics", "log"])?;
     let mut cfg = Config::default();
 
     if let Some(t) = v.section(root, "attach", &["devices", "mode"])? {
@@ -49,6 +49,18 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
     if let Some(t) = v.section(root, "filter", &["deny_sources"])? {
         if let Some(items) = v.strings(t, "filter.deny_sources")? {
             cfg.filter.deny_sources = v.deny_sources("filter.deny_sources", &items)?;
+        }
+    }
+
+    if let Some(t) = v.section(root, "nat64", &["devices", "prefix", "eam"])? {
+        if let Some(items) = v.strings(t, "nat64.devices")? {
+            cfg.nat64.devices = v.devices("nat64.devices", &items)?;
+        }
+        if let Some(s) = v.string(t, "nat64.prefix")? {
+            cfg.nat64.prefix = nat64_prefix(s).map_err(|r| v.err("nat64.prefix", r))?;
+        }
+        if let Some(value) = t.get("eam") {
+            cfg.nat64.eam = v.eams("nat64.eam", value)?;
         }
     }
 
@@ -200,6 +212,102 @@ impl Validator<'_> {
         }
         Ok(out)
     }
+}
+
+impl Validator<'_> {
+    /// `eam = [{ ipv6 = "...", ipv4 = "..." }, ...]`
+    fn eams(&self, path: &str, value: &Value) -> Result<Vec<Eam>> {
+        let Value::Array(items) = value else {
+            return Err(self.type_err(path, "an array of tables such as [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"198.51.100.0/24\" }]", value));
+        };
+        if items.len() > EAM_MAX {
+            return Err(self.err(path, format!("{} mappings; at most {EAM_MAX} are supported", items.len())));
+        }
+        let mut seen6 = HashMap::new();
+        let mut seen4 = HashMap::new();
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let key = format!("{path}[{i}]");
+            let Value::Table(t) = item else {
+                return Err(self.type_err(&key, "a table { ipv6 = \"...\", ipv4 = \"...\" }", item));
+            };
+            self.known_keys(t, &key, &["ipv6", "ipv4"])?;
+            let get = |field: &str| -> Result<&str> {
+                let k = format!("{key}.{field}");
+                match t.get(field) {
+                    Some(Value::String(s)) => Ok(s.as_str()),
+                    Some(v) => Err(self.type_err(&k, "a string", v)),
+                    None => Err(self.err(&k, "missing; each mapping needs both ipv6 and ipv4")),
+                }
+            };
+            let ipv6 = eam_ipv6(get("ipv6")?).map_err(|r| self.err(&format!("{key}.ipv6"), r))?;
+            let ipv4 = eam_ipv4(get("ipv4")?).map_err(|r| self.err(&format!("{key}.ipv4"), r))?;
+            let (host6, host4) = (128 - ipv6.prefix_len(), 32 - ipv4.prefix_len());
+            if host6 != host4 {
+                return Err(self.err(
+                    &key,
+                    format!(
+                        "{ipv6} leaves {host6} host bits but {ipv4} leaves {host4}; the two prefixes must cover the same number of addresses"
+                    ),
+                ));
+            }
+            if let Some(j) = seen6.insert(ipv6, i) {
+                return Err(self.err(&format!("{key}.ipv6"), format!("{ipv6} is mapped already (item {j})")));
+            }
+            if let Some(j) = seen4.insert(ipv4, i) {
+                return Err(self.err(&format!("{key}.ipv4"), format!("{ipv4} is mapped already (item {j})")));
+            }
+            out.push(Eam { ipv6, ipv4 });
+        }
+        Ok(out)
+    }
+}
+
+fn nat64_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let net: Ipv6Net = s.parse().map_err(|_| {
+        format!("`{s}` is not an IPv6 prefix; expected e.g. 64:ff9b::/96 or 64:ff9b:1::/48")
+    })?;
+    if !NAT64_PREFIX_LENGTHS.contains(&net.prefix_len()) {
+        return Err(format!(
+            "/{} is not an RFC 6052 prefix length; expected one of /32, /40, /48, /56, /64, /96",
+            net.prefix_len()
+        ));
+    }
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+fn eam_ipv6(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let net: Ipv6Net = match s.parse() {
+        Ok(n) => n,
+        Err(_) => match s.parse::<Ipv6Addr>() {
+            Ok(a) => return Err(format!("missing prefix length; write {a}/128 for one address")),
+            Err(_) => return Err(format!("`{s}` is not an IPv6 prefix; expected e.g. 2001:db8:6::/120")),
+        },
+    };
+    if net.prefix_len() < 96 {
+        return Err(format!("{net} is larger than an IPv4 prefix can match; use /96 or longer"));
+    }
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+fn eam_ipv4(s: &str) -> std::result::Result<Ipv4Net, String> {
+    let net: Ipv4Net = match s.parse() {
+        Ok(n) => n,
+        Err(_) => match s.parse::<Ipv4Addr>() {
+            Ok(a) => return Err(format!("missing prefix length; write {a}/32 for one address")),
+            Err(_) => return Err(format!("`{s}` is not an IPv4 prefix; expected e.g. 198.51.100.0/24")),
+        },
+    };
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
 }
 
 fn deny_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
