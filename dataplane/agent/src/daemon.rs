@@ -261,6 +261,11 @@ impl Daemon {
             );
             Some(stats)
         };
+        // Every node resolves with DNS64 under the cluster's prefix, whether
+        // or not it translates itself.
+        if tables::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {
+            log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
+        }
         self.update(|s| {
             s.generation += 1;
             s.config_files = loaded.files.clone();

@@ -31,4 +31,9 @@ impl Paths {
     pub fn state_file(&self) -> PathBuf {
         self.state_dir.join("dataplane.json")
     }
+
+    /// unbound configuration carrying nat64.prefix, for the node's DNS64.
+    pub fn dns64_file(&self) -> PathBuf {
+        self.state_dir.join("dns64.conf")
+    }
 }

@@ -4,9 +4,13 @@
 //! TOML files are merged the systemd way, later files winning:
 //!
 //! 1. `<root>/usr/lib/v6node/dataplane.toml` (vendor defaults)
-//! 2. `<root>/etc/v6node/dataplane.toml` (admin)
-//! 3. `<root>/etc/v6node/dataplane.d/*.toml`, by file name in byte order,
-//!    hidden files skipped
+//! 2. `<root>/run/v6node/dataplane.d/*.toml` (this boot only: the node's role
+//!    and the `v6node.dataplane` credential, written by v6node-role-generator)
+//! 3. `<root>/etc/v6node/dataplane.toml` (admin)
+//! 4. `<root>/etc/v6node/dataplane.d/*.toml`
+//!
+//! Drop-in directories are read by file name in byte order, hidden files
+//! skipped.
 //!
 //! Missing files and a missing drop-in directory are skipped. Tables merge key
 //! by key; any other value (arrays included) from a later file replaces the

@@ -148,26 +148,24 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// Vendor file, admin file, then the drop-ins sorted by file name.
 pub(crate) fn stack(root: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let mut files = vec![
-        root.join("usr/lib/v6node/dataplane.toml"),
-        root.join("etc/v6node/dataplane.toml"),
-    ];
-    let dir = root.join("etc/v6node/dataplane.d");
-    let entries = match fs::read_dir(&dir) {
+    let mut files = vec![root.join("usr/lib/v6node/dataplane.toml")];
+    files.extend(dropins(&root.join("run/v6node/dataplane.d"))?);
+    files.push(root.join("etc/v6node/dataplane.toml"));
+    files.extend(dropins(&root.join("etc/v6node/dataplane.d"))?);
+    Ok(files)
+}
+
+/// `*.toml` in `dir` by name in byte order, hidden files skipped; none if
+/// the directory does not exist.
+fn dropins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(files),
-        Err(e) => {
-            return Err(ConfigError::new(
-                &dir,
-                None,
-                format!("cannot read directory: {e}"),
-            ))
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ConfigError::new(dir, None, format!("cannot read directory: {e}"))),
     };
     let mut names = Vec::new();
     for entry in entries {
-        let entry = entry
-            .map_err(|e| ConfigError::new(&dir, None, format!("cannot read directory: {e}")))?;
+        let entry = entry.map_err(|e| ConfigError::new(dir, None, format!("cannot read directory: {e}")))?;
         let name = entry.file_name();
         let bytes = name.as_encoded_bytes();
         if bytes.ends_with(b".toml") && !bytes.starts_with(b".") {
@@ -176,6 +174,5 @@ pub(crate) fn stack(root: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     }
     // OsString orders by bytes on Unix, which is the order systemd uses.
     names.sort();
-    files.extend(names.into_iter().map(|n| dir.join(n)));
-    Ok(files)
+    Ok(names.into_iter().map(|n| dir.join(n)).collect())
 }

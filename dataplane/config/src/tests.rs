@@ -795,3 +795,17 @@ fn bad_nat64_mappings() {
     bad("[nat64]\neam = \"2001:db8::/120\"\n", "nat64.eam", "expected an array of tables");
     bad("[nat64]\ndevices = [\"eth0:1\"]\n", "nat64.devices[0]", "contains `:`");
 }
+
+#[test]
+fn runtime_dropins_sit_between_vendor_and_etc() {
+    let t = Tree::new();
+    let vendor = t.vendor("[nat64]\nprefix = \"64:ff9b::/96\"\n[log]\nlevel = \"warn\"\n");
+    let role = t.write("run/v6node/dataplane.d/50-role-gateway.toml", "[nat64]\ndevices = [\"en*\"]\n[log]\nlevel = \"debug\"\n");
+    let etc = t.etc("[log]\nlevel = \"error\"\n");
+    let l = t.load();
+    assert_eq!(l.files, [vendor, role.clone(), etc.clone()]);
+    assert_eq!(strs(&l.config.nat64.devices), ["en*"]);
+    assert_eq!(l.origins["nat64.devices"], role);
+    assert_eq!(l.config.log.level, LogLevel::Error, "/etc wins over /run");
+    assert_eq!(l.origins["log.level"], etc);
+}
