@@ -374,6 +374,11 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE); /* jumbogram */
 	if (V6N_ETH_HLEN + V6N_IP6_HLEN + plen > skb->len)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	/* Bytes after the packet (Ethernet padding, or junk) would end up
+	 * behind the IPv4 packet; the stack trims them on input, so do we. */
+	if (V6N_ETH_HLEN + V6N_IP6_HLEN + plen < skb->len && skb->gso_segs <= 1 &&
+	    bpf_skb_change_tail(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + plen, 0) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 
 	/* Walk the extension headers: they are dropped, a Fragment header's
 	 * fields move into the IPv4 header. */
@@ -803,6 +808,11 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 
 	__u32 hlen = h.ip.ihl * 4, tot_len = bpf_ntohs(h.ip.tot_len);
 	if (hlen < V6N_IP4_HLEN || tot_len < hlen || V6N_ETH_HLEN + tot_len > skb->len)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	/* Ethernet pads short IPv4 packets; the padding must not follow the
+	 * IPv6 packet. */
+	if (V6N_ETH_HLEN + tot_len < skb->len && skb->gso_segs <= 1 &&
+	    bpf_skb_change_tail(skb, V6N_ETH_HLEN + tot_len, 0) < 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	if (hlen > V6N_IP4_HLEN) {
 		if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN, h.raw, hlen & 0x3c) < 0)

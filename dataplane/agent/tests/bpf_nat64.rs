@@ -544,3 +544,16 @@ fn a_prefix_change_applies_from_the_next_packet() {
     let run = xlat.run(&moved, net.v6);
     assert_eq!(v4_addrs(&run.packet), (V6_HOST_AS_V4, V4_HOST));
 }
+
+#[test]
+fn ethernet_padding_is_not_carried_into_the_translated_packet() {
+    let net = Net::enter();
+    let xlat = Xlat::load("padding");
+    // A 28-byte IPv4 ping, padded to Ethernet's 60-byte minimum frame.
+    let mut frame = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 1, 0, &icmp(8, 0, [0, 1, 0, 1], &[]), Some(2)));
+    frame.resize(60, 0xee);
+    let run = xlat.run(&frame, net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_eq!(run.packet.len(), 14 + 40 + 8, "trimmed to the IPv6 packet");
+    assert_well_formed(&run.packet);
+}

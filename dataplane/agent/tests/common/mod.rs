@@ -133,6 +133,12 @@ impl Xlat {
 
     /// Runs the program on `packet` as if it had arrived on `ifindex`.
     pub fn run(&self, packet: &[u8], ifindex: u32) -> Run {
+        self.try_run(packet, ifindex).expect("BPF_PROG_TEST_RUN")
+    }
+
+    /// As `run`, for frames the kernel may refuse before the program runs
+    /// (BPF_PROG_TEST_RUN wants at least the headers its ethertype implies).
+    pub fn try_run(&self, packet: &[u8], ifindex: u32) -> Result<Run, aya::programs::ProgramError> {
         let program: &SchedClassifier = self.ebpf.program("v6n_nat64").unwrap().try_into().unwrap();
         // struct __sk_buff: ingress_ifindex at 36, ifindex at 40; 192 bytes.
         let mut ctx = [0u8; 192];
@@ -145,9 +151,9 @@ impl Xlat {
             ctx_in: Some(&ctx),
             ..TestRunOptions::new()
         };
-        let result = program.test_run(options).expect("BPF_PROG_TEST_RUN");
+        let result = program.test_run(options)?;
         out.truncate(result.data_size_out as usize);
-        Run { verdict: result.return_value, packet: out }
+        Ok(Run { verdict: result.return_value, packet: out })
     }
 
     /// Packets counted under (direction, reason), over all devices.
