@@ -34,9 +34,11 @@ test-image:
 	tests/run image
 
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
-## agent against bpftool, then the image's build and boot against stock.
+## agent against bpftool, the translator against plain forwarding and tayga,
+## then the image's build and boot against stock.
 bench:
 	tests/bench/dataplane
+	tests/bench/nat64 5 3
 	tests/bench/image
 
 clean:

@@ -182,17 +182,18 @@ dataplane_survives_sigkill() {
     # systemd restarts it (Restart=on-failure); the new agent adopts the pinned
     # links, so their ids stay.
     local before after
-    before=$(bpftool -j net show dev "$uplink" | jq -c '[.[0].tcx[] | .link_id]')
+    # bpftool lists tcx links in its "tc" array, with kind tcx/ingress|egress.
+    before=$(bpftool -j net show dev "$uplink" | jq -c '[.[0].tc[]? | select(.kind | startswith("tcx/")) | .link_id]')
     systemctl kill -s SIGKILL v6node-dataplane.service
     for _ in $(seq 60); do
         sleep 0.5
         [[ "$(systemctl show -P NRestarts v6node-dataplane.service)" -ge 1 ]] &&
             systemctl is-active -q v6node-dataplane.service && break
     done
-    after=$(bpftool -j net show dev "$uplink" | jq -c '[.[0].tcx[] | .link_id]')
+    after=$(bpftool -j net show dev "$uplink" | jq -c '[.[0].tc[]? | select(.kind | startswith("tcx/")) | .link_id]')
     echo "links before $before, after $after"
     systemctl is-active -q v6node-dataplane.service || { systemctl status v6node-dataplane.service; return 1; }
-    [[ "$before" != "[]" && "$before" == "$after" ]] &&
+    [[ "$before" =~ ^\[[0-9]+,[0-9]+\]$ && "$before" == "$after" ]] &&
         journalctl -b -u v6node-dataplane.service -o cat | grep -q "$uplink ingress: adopted"
 }
 
@@ -300,6 +301,55 @@ units_hardened() {
     return $bad
 }
 
+# The "gateway" scenario: v6node.role=gateway, enp0s8 on fd00:8::/64 and
+# enp0s9 on 192.0.2.0/24, the host namespace sending through.
+gateway_role_applied() {
+    journalctl -b -u v6node-role.service -o cat | grep -q 'role: gateway' &&
+        test -L /run/v6node/dataplane.d/50-role-gateway.toml &&
+        test "$(sysctl -n net.ipv4.ip_forward)" = 1 &&
+        test "$(sysctl -n net.ipv4.conf.enp0s8.forwarding)" = 1 || {
+        journalctl -b -u v6node-role.service -o cat
+        ls -l /run/v6node/dataplane.d /run/systemd/networkd.conf.d
+        sysctl net.ipv4.ip_forward net.ipv4.conf.enp0s8.forwarding net.ipv4.conf.enp0s9.forwarding
+        return 1
+    }
+}
+gateway_ipv4_side() { ip -4 -o address show dev enp0s9 | grep -q '192.0.2.2/24'; }
+gateway_translator_attached() {
+    local links
+    links=$(v6node-dataplane status --json | jq -r '[.links[] | select(.direction == "nat64" and .attached) | .device] | sort | join(" ")')
+    echo "nat64 on: $links"
+    [[ "$links" == "enp0s8 enp0s9" ]] && bpftool prog show | grep -q 'name v6n_nat64'
+}
+gateway_translates() { # the host side's traffic shows in both directions' counters
+    local six four
+    for _ in $(seq 180); do
+        six=$(v6node-dataplane status --json | jq '[.counters[] | select(.direction == "6to4" and .reason == "translated") | .packets] | add // 0')
+        four=$(v6node-dataplane status --json | jq '[.counters[] | select(.direction == "4to6" and .reason == "translated") | .packets] | add // 0')
+        ((six >= 6 && four >= 6)) && break
+        sleep 1
+    done
+    echo "translated: 6to4 $six, 4to6 $four"
+    ((six >= 6 && four >= 6))
+}
+gateway_dns64() {
+    systemctl is-active v6node-dns64.service &&
+        grep -q 'dns64-prefix: 64:ff9b::/96' /run/v6node/dns64.conf &&
+        ss -Hlnu 'sport = :53' | grep -q '\[::\]:53' || {
+        journalctl -b -u v6node-dns64.service -o cat | tail -n 15
+        ls -l /run/v6node/ /run/v6node/dns64.conf.d/
+        return 1
+    }
+}
+role_units_hardened() {
+    local unit report bad=0
+    for unit in v6node-role.service v6node-dns64.service; do
+        report=$(systemd-analyze security --no-pager --threshold=30 "$unit" 2>&1) || bad=1
+        grep -o 'Overall exposure level.*' <<<"$report"
+    done
+    return $bad
+}
+
 # --- scenarios ----------------------------------------------------------------
 
 pass_if "system reaches running" system_running
@@ -343,6 +393,14 @@ router)
     # This network offers DHCPv4 with a router; the node takes neither.
     pass_if "no IPv4 address but on lo, though DHCPv4 is offered" only_lo_has_ipv4
     pass_if "no IPv4 default route, though DHCPv4 offers one" no_ipv4_default_route
+    ;;
+gateway)
+    pass_if "role gateway from the credential: drop-in linked, IPv4 forwarding on" gateway_role_applied
+    pass_if "IPv4 side enp0s9 has 192.0.2.2/24 (network.network credential)" gateway_ipv4_side
+    pass_if "translator attached to both uplinks, v6n_nat64 in bpftool" gateway_translator_attached
+    pass_if "DNS64 (unbound) active on every address with the translator's prefix" gateway_dns64
+    pass_if "the host side's traffic was translated both ways" gateway_translates
+    pass_if "role and DNS64 units are hardened (systemd-analyze security)" role_units_hardened
     ;;
 tampered)
     pass_if "a changed /usr block is refused by dm-verity" usr_tampering_detected

@@ -1,0 +1,33 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# The host side of boot-test's "gateway" scenario, run in its namespace while
+# the guest boots: waits for the guest to translate, then checks what a
+# client of the gateway sees, as TAP lines (without a plan: the guest's plan
+# counts the guest's checks).
+#   tests/image/gateway-peer.sh NAMESPACE
+set -uo pipefail
+ns=$1
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
+at() { nsenter --net="/run/netns/$ns" "$@"; }
+
+# TCG boots take about a minute; give it several.
+for _ in $(seq 300); do
+    at ping -q -c 1 -W 1 64:ff9b::c000:201 >/dev/null 2>&1 && break
+    sleep 1
+done
+www=$(mktemp -d)
+trap 'kill $server 2>/dev/null; rm -rf "$www"' EXIT
+echo "served over IPv6" >"$www/hello"
+at python3 -m http.server 8081 --bind fd00:8::1 --directory "$www" >/dev/null 2>&1 &
+server=$!
+sleep 1
+
+pass_if "host: ping fd00:8::1 -> 64:ff9b::192.0.2.1 through the guest" at ping -q -c 3 -i 0.3 -W 2 64:ff9b::c000:201
+pass_if "host: ping 192.0.2.1 -> 198.51.100.6 (fd00:8::1) through the guest" at ping -q -c 3 -i 0.3 -W 2 198.51.100.6
+pass_if "host: the guest's DNS64 answers 64:ff9b::192.0.2.1 for an A-only name" \
+    test "$(at dig +short +time=3 +tries=3 AAAA ipv4only.test @fd00:8::2)" = 64:ff9b::c000:201
+pass_if "host: HTTP by name from the IPv6 side to the IPv4 server (TCP 6 -> 4)" \
+    test "$(ip netns exec "$ns" curl -sf --max-time 10 http://ipv4only.test:8080/hello)" = "served over IPv4"
+pass_if "host: HTTP from the IPv4 side to 198.51.100.6 (TCP 4 -> 6)" \
+    test "$(at curl -sf --max-time 10 http://198.51.100.6:8081/hello)" = "served over IPv6"
