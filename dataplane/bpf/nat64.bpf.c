@@ -42,6 +42,18 @@ enum {
 	V6N_ACT_TOO_BIG = 66,         /* answer with Packet Too Big / Fragmentation Needed */
 };
 
+/*
+ * The last step of every translation: to the next hop the FIB found, or to
+ * the kernel (local destinations, DF-clear packets the next hop must
+ * fragment, no route: the stack answers those).
+ */
+static __always_inline v6n_outcome v6n_deliver(struct __sk_buff *skb, struct bpf_fib_lookup *fib, int rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+}
+
 /* ICMP errors may carry an IP header plus this much of what followed it. */
 #define V6N_INNER_L4 8
 
@@ -332,9 +344,7 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
 	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, out, sizeof(*out), BPF_F_RECOMPUTE_CSUM) < 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
-	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+	return v6n_deliver(skb, fib, rc);
 }
 
 /* Extension headers RFC 7915 5.1 lets the translator drop (or, for a
@@ -507,10 +517,7 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	}
 
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return V6N_OUTCOME(v6n_redirect(skb, &fib, rc), V6N_REASON_XLAT_FORWARDED);
-	/* Local destinations, and DF-clear packets the next hop must fragment. */
-	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+	return v6n_deliver(skb, &fib, rc);
 }
 
 /* --- IPv4 -> IPv6 --------------------------------------------------------------- */
@@ -719,9 +726,7 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN + sizeof(out->ip6), &out->icmp6,
 				sizeof(*out) - sizeof(out->ip6) - sizeof(out->pseudo), BPF_F_RECOMPUTE_CSUM) < 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
-	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+	return v6n_deliver(skb, fib, rc);
 }
 
 /*
@@ -950,9 +955,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	}
 
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return V6N_OUTCOME(v6n_redirect(skb, &fib, rc), V6N_REASON_XLAT_FORWARDED);
-	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+	return v6n_deliver(skb, &fib, rc);
 }
 
 /* --- entry ------------------------------------------------------------------------ */

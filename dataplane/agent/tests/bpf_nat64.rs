@@ -463,26 +463,12 @@ fn what_rfc7915_says_not_to_translate_is_dropped_with_a_reason() {
     assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 3);
 
     // IPv4 with a loose source route option (type 131).
-    let mut ip = ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, b"x"), Some(6));
-    ip.splice(20..20, [131, 7, 4, 192, 0, 2, 9, 0]);
-    ip[0] = 0x47;
-    let total = ip.len() as u16;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[10..12].copy_from_slice(&[0, 0]);
-    let c = fold(sum16(&ip[..28]));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let ip = with_ipv4_options(ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, b"x"), Some(6)), [131, 7, 4, 192, 0, 2, 9, 0]);
     assert_eq!(xlat.run(&ethernet(ETH_IPV4, &ip), net.v4).verdict, TC_ACT_SHOT, "source route");
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 1);
 
     // Other options (here a no-op and record route) are simply dropped.
-    let mut ip = ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, b"x"), Some(6));
-    ip.splice(20..20, [1, 7, 3, 4, 0, 0, 0, 0]);
-    ip[0] = 0x47;
-    let total = ip.len() as u16;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[10..12].copy_from_slice(&[0, 0]);
-    let c = fold(sum16(&ip[..28]));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let ip = with_ipv4_options(ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, b"x"), Some(6)), [1, 7, 3, 4, 0, 0, 0, 0]);
     let run = xlat.run(&ethernet(ETH_IPV4, &ip), net.v4);
     assert_eq!(run.verdict, TC_ACT_REDIRECT, "record route");
     assert_well_formed(&run.packet);

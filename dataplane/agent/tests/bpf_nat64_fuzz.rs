@@ -136,16 +136,8 @@ fn valid_ipv4(rng: &mut Rng) -> Vec<u8> {
         }
         _ => {
             // Options: no-ops and a record route, or a source route.
-            let mut ip = ipv4(src, dst, ttl, 17, df, &udp(1, 2, &payload(rng)), Some(6));
             let option: [u8; 8] = if rng.below(2) == 0 { [1, 7, 3, 4, 0, 0, 0, 0] } else { [131, 7, 4, 192, 0, 2, 9, 0] };
-            ip.splice(20..20, option);
-            ip[0] = 0x47;
-            let total = ip.len() as u16;
-            ip[2..4].copy_from_slice(&total.to_be_bytes());
-            ip[10..12].copy_from_slice(&[0, 0]);
-            let c = fold(sum16(&ip[..28]));
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            ip
+            with_ipv4_options(ipv4(src, dst, ttl, 17, df, &udp(1, 2, &payload(rng)), Some(6)), option)
         }
     };
     ethernet(ETH_IPV4, &l3)

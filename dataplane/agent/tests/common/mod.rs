@@ -263,6 +263,19 @@ pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, ttl: u8, proto: u8, frag: u16, payload
     p
 }
 
+/// `ip` (an IPv4 packet from `ipv4`) with 8 bytes of options inserted, its
+/// lengths and header checksum redone.
+pub fn with_ipv4_options(mut ip: Vec<u8>, options: [u8; 8]) -> Vec<u8> {
+    ip.splice(20..20, options);
+    ip[0] = 0x47;
+    let total = ip.len() as u16;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[10..12].copy_from_slice(&[0, 0]);
+    let c = fold(sum16(&ip[..28]));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip
+}
+
 pub fn udp(sport: u16, dport: u16, data: &[u8]) -> Vec<u8> {
     let mut u = Vec::new();
     u.extend_from_slice(&sport.to_be_bytes());
