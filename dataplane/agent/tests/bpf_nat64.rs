@@ -543,3 +543,20 @@ fn ethernet_padding_is_not_carried_into_the_translated_packet() {
     assert_eq!(run.packet.len(), 14 + 40 + 8, "trimmed to the IPv6 packet");
     assert_well_formed(&run.packet);
 }
+
+#[test]
+fn errors_the_translator_sends_are_rate_limited() {
+    let net = Net::enter();
+    let xlat = Xlat::load("ratelimit");
+    // 200 expiring packets in a few milliseconds: the burst of 50 is
+    // answered, then about one per millisecond; every one is counted.
+    let expiring = udp6_to_v4_host(1, b"flood");
+    let started = std::time::Instant::now();
+    let answered = (0..200).filter(|_| xlat.run(&expiring, net.v6).verdict == TC_ACT_REDIRECT).count();
+    let refills = started.elapsed().as_millis() as usize + 1;
+    assert!((50..=50 + refills).contains(&answered), "{answered} of 200 answered in {refills} ms");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_HOP_LIMIT), 200);
+    // After a pause, the bucket has refilled.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(xlat.run(&expiring, net.v6).verdict, TC_ACT_REDIRECT);
+}

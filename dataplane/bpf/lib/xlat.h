@@ -92,6 +92,49 @@ static __always_inline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, _
 }
 
 /*
+ * Errors the translator sends are rate limited, as the kernel limits its own
+ * (net.ipv4.icmp_msgs_per_sec, 1000/s with a burst of 50): otherwise a flood
+ * of TTL-1 packets would be answered at line rate. One bucket for the node,
+ * updated without atomics; a race lets an extra error through, no more.
+ */
+#define V6N_ICMP_ERRORS_PER_SEC 1000
+#define V6N_ICMP_ERRORS_BURST 50
+
+struct v6n_token_bucket {
+	__u64 refilled_ns;
+	__u64 tokens;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6n_token_bucket);
+} v6n_icmp_rate SEC(".maps");
+
+static __always_inline int v6n_icmp_error_allowed(void)
+{
+	const __u64 interval = 1000000000ULL / V6N_ICMP_ERRORS_PER_SEC;
+	__u32 zero = 0;
+	struct v6n_token_bucket *bucket = bpf_map_lookup_elem(&v6n_icmp_rate, &zero);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!bucket)
+		return 0;
+	__u64 earned = (now - bucket->refilled_ns) / interval;
+	if (earned) {
+		__u64 tokens = bucket->tokens + earned;
+
+		bucket->tokens = tokens > V6N_ICMP_ERRORS_BURST ? V6N_ICMP_ERRORS_BURST : tokens;
+		bucket->refilled_ns = now;
+	}
+	if (!bucket->tokens)
+		return 0;
+	bucket->tokens--;
+	return 1;
+}
+
+/*
  * FIB lookup for a translated packet. The kernel checks forwarding on the
  * device the lookup starts from, in the family being looked up: the
  * translated family, which the ingress device may not even run (an IPv4-only
@@ -138,13 +181,15 @@ static __always_inline int v6n_redirect(struct __sk_buff *skb, struct bpf_fib_lo
 /*
  * Replaces the IPv6 packet in skb by an ICMPv6 error about it, addressed to
  * its source from the address the kernel would pick for that route, and sends
- * it back. Returns TC_ACT_SHOT when no error can be sent (the caller counts
- * the drop either way).
+ * it back. Returns TC_ACT_SHOT when no error can be sent, or the rate limit
+ * says not now (the caller counts the drop either way).
  */
 static __noinline int v6n_icmp6_error(struct __sk_buff *skb, __u8 type, __u8 code, __u32 info)
 {
 	struct in6_addr orig_saddr;
 
+	if (!v6n_icmp_error_allowed())
+		return TC_ACT_SHOT;
 	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + offsetof(struct ipv6hdr, saddr), &orig_saddr, 16) < 0)
 		return TC_ACT_SHOT;
 	struct bpf_fib_lookup fib = {
@@ -208,6 +253,8 @@ static __noinline int v6n_icmp4_error(struct __sk_buff *skb, __u8 type, __u8 cod
 		.ifindex = skb->ingress_ifindex,
 	};
 
+	if (!v6n_icmp_error_allowed())
+		return TC_ACT_SHOT;
 	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + offsetof(struct iphdr, saddr), &fib.ipv4_dst, 4) < 0)
 		return TC_ACT_SHOT;
 	__be32 orig_saddr = fib.ipv4_dst;
