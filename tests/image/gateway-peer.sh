@@ -19,7 +19,8 @@ done
 www=$(mktemp -d)
 trap 'kill $server 2>/dev/null; rm -rf "$www"' EXIT
 echo "served over IPv6" >"$www/hello"
-at python3 -m http.server 8081 --bind fd00:8::1 --directory "$www" >/dev/null 2>&1 &
+# nsenter execs python: $! is the server itself, which the trap must kill.
+nsenter --net="/run/netns/$ns" python3 -m http.server 8081 --bind fd00:8::1 --directory "$www" >/dev/null 2>&1 &
 server=$!
 sleep 1
 
