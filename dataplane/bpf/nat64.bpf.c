@@ -294,16 +294,13 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 		icmp->code = 0;
 		/* Out goes the pseudo-header, in go the new type and code. */
 		struct {
-			struct in6_addr saddr, daddr;
-			__be32 len, nexthdr;
+			struct v6n_pseudo6 pseudo;
 			__u8 type, code;
 			__u16 zero;
-		} from = { .len = bpf_htonl(bpf_ntohs(in->inner.payload_len)),
-			   .nexthdr = bpf_htonl(IPPROTO_ICMPV6),
+		} from = { .pseudo = { in->inner.saddr, in->inner.daddr, bpf_htonl(bpf_ntohs(in->inner.payload_len)),
+				       bpf_htonl(IPPROTO_ICMPV6) },
 			   .type = icmp6->icmp6_type };
 		__u8 to[4] = { icmp->type, 0, 0, 0 };
-		from.saddr = in->inner.saddr;
-		from.daddr = in->inner.daddr;
 		icmp->checksum = v6n_csum_update(icmp6->icmp6_cksum, v6n_csum_diff(&from, sizeof(from), to, 4));
 	} else if (inner_proto == 0 || inner_proto == 43 || inner_proto == 44 || inner_proto == 60) {
 		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE); /* extension headers in the quote */
@@ -490,15 +487,13 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 	l4_off = V6N_ETH_HLEN + V6N_IP4_HLEN;
 	if (protocol == IPPROTO_ICMP) {
 		struct {
-			struct in6_addr saddr, daddr;
-			__be32 len, nexthdr;
+			struct v6n_pseudo6 pseudo;
 			__u8 type, code;
 			__u16 zero;
-		} from = { .len = bpf_htonl(l4_len), .nexthdr = bpf_htonl(IPPROTO_ICMPV6),
-			   .type = icmp6.icmp6_type, .code = icmp6.icmp6_code };
+		} from = { .pseudo = { ip6.saddr, ip6.daddr, bpf_htonl(l4_len), bpf_htonl(IPPROTO_ICMPV6) },
+			   .type = icmp6.icmp6_type,
+			   .code = icmp6.icmp6_code };
 		__u8 to[4] = { icmp.type, icmp.code, 0, 0 };
-		from.saddr = ip6.saddr;
-		from.daddr = ip6.daddr;
 		icmp.checksum = v6n_csum_update(icmp6.icmp6_cksum, v6n_csum_diff(&from, sizeof(from), to, 4));
 		if (bpf_skb_store_bytes(skb, l4_off, &icmp, 4, 0) < 0)
 			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
