@@ -54,9 +54,25 @@ fn load(pin_dir: &Path, what: &str, embedded: &'static [u8], override_var: &str,
             .program_mut(name)
             .with_context(|| format!("BPF object has no program {name}"))?
             .try_into()?;
-        program.load().with_context(|| format!("verifier rejected {name}"))?;
+        load_retrying(program).with_context(|| format!("verifier rejected {name}"))?;
     }
     Ok(ebpf)
+}
+
+/// The verifier gives up with EAGAIN when a signal arrives while it works
+/// (a SIGHUP reload, a child exiting); like libbpf, try again a few times.
+fn load_retrying(program: &mut SchedClassifier) -> Result<(), aya::programs::ProgramError> {
+    let mut attempts = 0;
+    loop {
+        match program.load() {
+            Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 =>
+            {
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 pub fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {

@@ -108,7 +108,19 @@ impl Xlat {
             .load(NAT64_OBJECT)
             .expect("loading nat64.bpf.o (needs root)");
         let program: &mut SchedClassifier = ebpf.program_mut("v6n_nat64").unwrap().try_into().unwrap();
-        program.load().unwrap_or_else(|e| panic!("verifier rejected v6n_nat64: {e:#?}"));
+        // The verifier gives up with EAGAIN when a signal is pending (the
+        // SIGCHLD of another test's `ip`); libbpf retries, so does this.
+        let mut attempts = 0;
+        loop {
+            match program.load() {
+                Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                    if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 =>
+                {
+                    attempts += 1
+                }
+                result => break result.unwrap_or_else(|e| panic!("verifier rejected v6n_nat64: {e:#?}")),
+            }
+        }
         let mut xlat = Xlat { ebpf, pin_dir };
         xlat.set_prefix("64:ff9b::".parse().unwrap(), 96);
         xlat.add_eam(V6_HOST, 128, V6_HOST_AS_V4, 32);
