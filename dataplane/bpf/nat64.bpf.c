@@ -753,42 +753,6 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
 	return 0;
 }
 
-/*
- * Partial sum over `len` bytes of packet from `off`, any length up to 9 KiB;
- * for the rare UDP datagram whose IPv4 checksum is zero. A global function:
- * the verifier checks it once, not once per path that reaches it.
- */
-__noinline __s64 v6n_csum_packet_long(struct __sk_buff *skb, __u32 off, __u32 len)
-{
-	__u32 zero = 0;
-	__u8 *buf = bpf_map_lookup_elem(&v6n_csum_scratch, &zero);
-	__u32 sum = 0;
-
-	if (!buf)
-		return -1;
-	for (int i = 0; i < 19 && len; i++) {
-		/* Whole words in chunks of at most 512 (what bpf_csum_diff
-		 * takes), then the last 1-3 bytes padded with zeros. Two branches
-		 * so the verifier sees each bound on its own. */
-		__u32 n = len >= V6N_CSUM_CHUNK ? V6N_CSUM_CHUNK : len & 0x1fc;
-
-		if (n == 0) {
-			n = len & 3;
-			__builtin_memset(buf, 0, 4);
-			if (n == 0 || bpf_skb_load_bytes(skb, off, buf, n) < 0)
-				return -1;
-			n = 4;
-		} else if (bpf_skb_load_bytes(skb, off, buf, n) < 0) {
-			return -1;
-		}
-		sum = v6n_csum_add(sum, (__u32)bpf_csum_diff(NULL, 0, (__be32 *)buf, n, 0));
-		if (n > len)
-			break; /* the padded tail */
-		off += n;
-		len -= n;
-	}
-	return len > 3 ? -1 : sum;
-}
 
 static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 {
@@ -930,7 +894,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	} else if (udp_no_csum) {
 		struct v6n_pseudo6 pseudo = { saddr, daddr, bpf_htonl(l4_len), bpf_htonl(IPPROTO_UDP) };
-		__s64 data = v6n_csum_packet_long(skb, l4_off, l4_len);
+		__s64 data = v6n_csum_packet(skb, l4_off, l4_len);
 		if (data < 0)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 		__u16 check = v6n_csum_fold(v6n_csum_add(v6n_csum_diff(NULL, 0, &pseudo, sizeof(pseudo)), (__u32)data));

@@ -11,9 +11,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 . "$top/tests/lib.sh"
+. "$here/agent.bash"
 
-bin=${V6NODE_DATAPLANE:-$top/dataplane/target/release/v6node-dataplane}
-[[ -x "$bin" ]] || { echo "Bail out! no agent binary at $bin (scripts/build-dataplane)"; exit 1; }
 
 id=v6t$$
 peer=$id-peer node=$id-node
@@ -21,10 +20,6 @@ work=$(mktemp -d)
 root=$work/root
 export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
 agent_pid= listener_pid=
-# The agent runs with exactly the capabilities its unit grants.
-caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$top/units/v6node-dataplane.service" |
-    tr ' ' '\n' | sed 's/^CAP_/+/' | tr 'A-Z' 'a-z' | paste -sd,)
-[[ -n "$caps" ]] || { echo "Bail out! no CapabilityBoundingSet= in units/v6node-dataplane.service"; exit 1; }
 
 cleanup() {
     [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null

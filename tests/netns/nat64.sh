@@ -19,9 +19,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 . "$top/tests/lib.sh"
+. "$here/agent.bash"
 
-bin=${V6NODE_DATAPLANE:-$top/dataplane/target/release/v6node-dataplane}
-[[ -x "$bin" ]] || { echo "Bail out! no agent binary at $bin (scripts/build-dataplane)"; exit 1; }
 for tool in unbound dig dnsmasq iperf3 curl jq python3; do
     command -v "$tool" >/dev/null || { echo "Bail out! $tool missing (scripts/setup-host)"; exit 1; }
 done
@@ -31,8 +30,6 @@ v6=$id-v6 gw=$id-gw r4=$id-r4 v4=$id-v4
 work=$(mktemp -d)
 root=$work/root
 export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
-caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$top/units/v6node-dataplane.service" |
-    tr ' ' '\n' | sed 's/^CAP_/+/' | tr 'A-Z' 'a-z' | paste -sd,)
 pids=()
 
 cleanup() {

@@ -4,13 +4,16 @@
 //! tables, run it through a program, check the verdict and the counters.
 //! Needs root (CAP_BPF) and a bpffs at /sys/fs/bpf, as `tests/run rust` has.
 
-use std::{net::Ipv6Addr, path::PathBuf};
+mod common;
+
+use std::net::Ipv6Addr;
 
 use aya::{
     maps::{lpm_trie::Key, LpmTrie, MapData, PerCpuHashMap},
     programs::{SchedClassifier, TestRun, TestRunOptions},
-    Ebpf, EbpfLoader,
+    Ebpf,
 };
+use common::{load_object, PinDir};
 use etherparse::PacketBuilder;
 use v6node_abi::{maps, CounterKey, CounterValue, DenyValue, Direction, Reason};
 
@@ -23,24 +26,13 @@ const TC_ACT_SHOT: u32 = 2;
 /// removed again when the test ends.
 struct Host {
     ebpf: Ebpf,
-    pin_dir: PathBuf,
+    _pins: PinDir,
 }
 
 impl Host {
     fn load(test: &str) -> Host {
-        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/v6node-test-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&pin_dir).unwrap_or_else(|e| {
-            panic!("creating {} (run as root with a bpffs on /sys/fs/bpf): {e}", pin_dir.display())
-        });
-        let mut ebpf = EbpfLoader::new()
-            .default_map_pin_directory(&pin_dir)
-            .load(HOST_OBJECT)
-            .expect("loading host.bpf.o (needs root)");
-        for name in ["v6n_from_dev", "v6n_to_dev"] {
-            let program: &mut SchedClassifier = ebpf.program_mut(name).unwrap().try_into().unwrap();
-            program.load().unwrap_or_else(|e| panic!("verifier rejected {name}: {e:#?}"));
-        }
-        Host { ebpf, pin_dir }
+        let (ebpf, _pins) = load_object(HOST_OBJECT, &["v6n_from_dev", "v6n_to_dev"], test);
+        Host { ebpf, _pins }
     }
 
     fn run(&self, program: &str, packet: &[u8]) -> u32 {
@@ -65,12 +57,6 @@ impl Host {
         let mut trie: LpmTrie<&mut MapData, [u8; 16], DenyValue> =
             LpmTrie::try_from(self.ebpf.map_mut(maps::DENY_SRC).unwrap()).unwrap();
         trie.insert(&Key::new(prefix_len, net.octets()), DenyValue { rule: 0 }, 0).unwrap();
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
 }
 

@@ -63,10 +63,13 @@ struct {
 } v6n_csum_scratch SEC(".maps");
 
 /*
- * Partial sum of `len` packet bytes from `off`; len is a multiple of 4 and at
- * most V6N_ICMP6_QUOTE_MAX. Returns -1 when the bytes cannot be read.
+ * Partial sum of `len` packet bytes from `off`, any length up to 9 KiB: the
+ * data an ICMP error quotes, or a UDP datagram whose IPv4 checksum is zero.
+ * Returns -1 when the bytes cannot be read. A global function, so the
+ * verifier checks its loop once, not once per path that reaches it (which
+ * also means a single object may include this header).
  */
-static __always_inline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, __u32 len)
+__noinline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, __u32 len)
 {
 	__u32 zero = 0;
 	__u8 *buf = bpf_map_lookup_elem(&v6n_csum_scratch, &zero);
@@ -74,21 +77,28 @@ static __always_inline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, _
 
 	if (!buf)
 		return -1;
-#pragma unroll
-	for (int i = 0; i < (V6N_ICMP6_QUOTE_MAX + V6N_CSUM_CHUNK - 1) / V6N_CSUM_CHUNK; i++) {
-		/* A multiple of 4, at most 512: what bpf_csum_diff takes. Two
-		 * branches so the verifier sees each bound on its own. */
+	for (int i = 0; i < 19 && len; i++) {
+		/* Whole words in chunks of at most 512 (what bpf_csum_diff
+		 * takes), then the last 1-3 bytes padded with zeros. Two branches
+		 * so the verifier sees each bound on its own. */
 		__u32 n = len >= V6N_CSUM_CHUNK ? V6N_CSUM_CHUNK : len & 0x1fc;
 
-		if (n == 0)
-			break;
-		if (bpf_skb_load_bytes(skb, off, buf, n) < 0)
+		if (n == 0) {
+			n = len & 3;
+			__builtin_memset(buf, 0, 4);
+			if (n == 0 || bpf_skb_load_bytes(skb, off, buf, n) < 0)
+				return -1;
+			n = 4;
+		} else if (bpf_skb_load_bytes(skb, off, buf, n) < 0) {
 			return -1;
+		}
 		sum = v6n_csum_add(sum, (__u32)bpf_csum_diff(NULL, 0, (__be32 *)buf, n, 0));
+		if (n > len)
+			break; /* the padded tail */
 		off += n;
 		len -= n;
 	}
-	return sum;
+	return len > 3 ? -1 : sum;
 }
 
 /*

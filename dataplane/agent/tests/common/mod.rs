@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Shared by the translator's BPF tests: a network namespace for the test's
+//! Shared by the BPF tests: loading an object with pins of its own; for the
+//! translator, a network namespace for the test's
 //! thread, the nat64 object loaded with its tables, packet builders and an
 //! independent checksum checker.
 #![allow(dead_code)]
@@ -88,7 +89,7 @@ pub fn ifindex(name: &str) -> u32 {
 /// The nat64 object loaded with its maps pinned in a directory of its own.
 pub struct Xlat {
     pub ebpf: Ebpf,
-    pin_dir: PathBuf,
+    _pins: PinDir,
 }
 
 pub struct Run {
@@ -96,18 +97,24 @@ pub struct Run {
     pub packet: Vec<u8>,
 }
 
-impl Xlat {
-    /// Loaded with the well-known prefix and the EAM 2001:db8:6::2 <-> 198.51.100.6.
-    pub fn load(test: &str) -> Xlat {
-        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/v6node-test-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&pin_dir).unwrap_or_else(|e| {
-            panic!("creating {} (run as root with a bpffs on /sys/fs/bpf): {e}", pin_dir.display())
-        });
-        let mut ebpf = EbpfLoader::new()
-            .default_map_pin_directory(&pin_dir)
-            .load(NAT64_OBJECT)
-            .expect("loading nat64.bpf.o (needs root)");
-        let program: &mut SchedClassifier = ebpf.program_mut("v6n_nat64").unwrap().try_into().unwrap();
+/// A pin directory of a test's own under /sys/fs/bpf, removed when dropped.
+pub struct PinDir(PathBuf);
+
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Loads `object` with its maps pinned in a directory of the test's own and
+/// its classifier `programs` through the verifier.
+pub fn load_object(object: &[u8], programs: &[&str], test: &str) -> (Ebpf, PinDir) {
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/v6node-test-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&pin_dir)
+        .unwrap_or_else(|e| panic!("creating {} (run as root with a bpffs on /sys/fs/bpf): {e}", pin_dir.display()));
+    let mut ebpf = EbpfLoader::new().default_map_pin_directory(&pin_dir).load(object).expect("loading a BPF object (needs root)");
+    for name in programs {
+        let program: &mut SchedClassifier = ebpf.program_mut(name).unwrap().try_into().unwrap();
         // The verifier gives up with EAGAIN when a signal is pending (the
         // SIGCHLD of another test's `ip`); libbpf retries, so does this.
         let mut attempts = 0;
@@ -118,10 +125,18 @@ impl Xlat {
                 {
                     attempts += 1
                 }
-                result => break result.unwrap_or_else(|e| panic!("verifier rejected v6n_nat64: {e:#?}")),
+                result => break result.unwrap_or_else(|e| panic!("verifier rejected {name}: {e:#?}")),
             }
         }
-        let mut xlat = Xlat { ebpf, pin_dir };
+    }
+    (ebpf, PinDir(pin_dir))
+}
+
+impl Xlat {
+    /// Loaded with the well-known prefix and the EAM 2001:db8:6::2 <-> 198.51.100.6.
+    pub fn load(test: &str) -> Xlat {
+        let (ebpf, _pins) = load_object(NAT64_OBJECT, &["v6n_nat64"], test);
+        let mut xlat = Xlat { ebpf, _pins };
         xlat.set_prefix("64:ff9b::".parse().unwrap(), 96);
         xlat.add_eam(V6_HOST, 128, V6_HOST_AS_V4, 32);
         xlat
@@ -187,11 +202,6 @@ impl Xlat {
     }
 }
 
-impl Drop for Xlat {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.pin_dir);
-    }
-}
 
 // --- packets ---------------------------------------------------------------------------
 
