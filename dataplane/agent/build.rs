@@ -6,7 +6,7 @@
 use std::{env, path::PathBuf, process::Command};
 
 /// Entry objects, one per attach point family; each becomes `<name>.bpf.o`.
-const OBJECTS: &[&str] = &["host", "nat64"];
+const OBJECTS: &[&str] = &["host", "nat64", "pod"];
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());

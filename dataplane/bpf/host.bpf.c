@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Entry object for the node's own devices (uplinks): attached at tc ingress
- * and egress by the agent. Counts every packet by reason and drops IPv6
- * packets from denied source prefixes before the stack sees them.
+ * and egress by the agent. Counts every packet by reason, drops IPv6 packets
+ * from denied source prefixes before the stack sees them, and switches
+ * packets for this node's pods straight into the pod's namespace.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
 #include "lib/counters.h"
+#include "lib/endpoint.h"
 #include "lib/parse.h"
 
 static __always_inline int v6n_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason)
@@ -30,6 +32,18 @@ int v6n_from_dev(struct __sk_buff *skb)
 		__builtin_memcpy(key.addr, &ip6->saddr, sizeof(key.addr));
 		if (bpf_map_lookup_elem(&v6n_deny_src, &key))
 			reason = V6N_REASON_DROP_DENIED_SOURCE;
+	}
+	if (reason == V6N_REASON_PASS && ip6) {
+		struct v6n_endpoint_value *pod = v6n_endpoint(&ip6->daddr);
+
+		if (pod) {
+			int action = v6n_to_endpoint(skb, ip6, pod, 1);
+
+			if (action != TC_ACT_UNSPEC) {
+				v6n_count(skb, V6N_DIRECTION_INGRESS, action == TC_ACT_REDIRECT ? V6N_REASON_ROUTED : V6N_REASON_DROP_MALFORMED);
+				return action;
+			}
+		}
 	}
 	return v6n_verdict(skb, V6N_DIRECTION_INGRESS, reason);
 }

@@ -10,9 +10,10 @@ mod generated {
 pub use generated::{
     v6n_counter_key as CounterKey, v6n_counter_value as CounterValue,
     v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_eam_value as EamValue,
+    v6n_endpoint_key as EndpointKey, v6n_endpoint_value as EndpointValue,
     v6n_lpm4_key as Lpm4Key, v6n_lpm6_key as Lpm6Key, v6n_nat64_config as Nat64Config,
     v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX, V6N_DENY_SRC_MAX as DENY_SRC_MAX,
-    V6N_EAM_MAX as EAM_MAX,
+    V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX, V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -24,6 +25,8 @@ unsafe impl aya::Pod for DenyValue {}
 unsafe impl aya::Pod for Nat64Config {}
 unsafe impl aya::Pod for Lpm4Key {}
 unsafe impl aya::Pod for EamValue {}
+unsafe impl aya::Pod for EndpointKey {}
+unsafe impl aya::Pod for EndpointValue {}
 
 /// Names of the maps as declared in `bpf/lib/maps.h` (and pinned under them).
 pub mod maps {
@@ -33,7 +36,9 @@ pub mod maps {
     pub const NAT64_CONFIG: &str = "v6n_nat64_cfg";
     pub const EAM6: &str = "v6n_eam6";
     pub const EAM4: &str = "v6n_eam4";
-    pub const ALL: &[&str] = &[COUNTERS, DENY_SRC, NAT64_CONFIG, EAM6, EAM4];
+    /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
+    pub const ENDPOINTS: &str = "v6n_endpoints";
+    pub const ALL: &[&str] = &[COUNTERS, DENY_SRC, NAT64_CONFIG, EAM6, EAM4, ENDPOINTS];
 }
 
 impl Reason {
@@ -47,6 +52,9 @@ impl Reason {
         Reason::V6N_REASON_DROP_TOO_BIG,
         Reason::V6N_REASON_DROP_UNMAPPED,
         Reason::V6N_REASON_DROP_UNTRANSLATABLE,
+        Reason::V6N_REASON_ROUTED,
+        Reason::V6N_REASON_DROP_SPOOFED,
+        Reason::V6N_REASON_DROP_NOT_IPV6,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -61,6 +69,9 @@ impl Reason {
             Reason::V6N_REASON_DROP_TOO_BIG => "too_big",
             Reason::V6N_REASON_DROP_UNMAPPED => "unmapped_source",
             Reason::V6N_REASON_DROP_UNTRANSLATABLE => "untranslatable",
+            Reason::V6N_REASON_ROUTED => "routed",
+            Reason::V6N_REASON_DROP_SPOOFED => "spoofed_source",
+            Reason::V6N_REASON_DROP_NOT_IPV6 => "not_ipv6",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -72,7 +83,10 @@ impl Reason {
     pub fn is_drop(self) -> bool {
         !matches!(
             self,
-            Reason::V6N_REASON_PASS | Reason::V6N_REASON_XLAT_FORWARDED | Reason::V6N_REASON_XLAT_TO_STACK
+            Reason::V6N_REASON_PASS
+                | Reason::V6N_REASON_XLAT_FORWARDED
+                | Reason::V6N_REASON_XLAT_TO_STACK
+                | Reason::V6N_REASON_ROUTED
         )
     }
 }
@@ -84,6 +98,8 @@ impl Direction {
             Direction::V6N_DIRECTION_EGRESS => "egress",
             Direction::V6N_DIRECTION_XLAT_6TO4 => "6to4",
             Direction::V6N_DIRECTION_XLAT_4TO6 => "4to6",
+            Direction::V6N_DIRECTION_FROM_POD => "from_pod",
+            Direction::V6N_DIRECTION_TO_POD => "to_pod",
         }
     }
 
@@ -93,6 +109,8 @@ impl Direction {
             Direction::V6N_DIRECTION_EGRESS,
             Direction::V6N_DIRECTION_XLAT_6TO4,
             Direction::V6N_DIRECTION_XLAT_4TO6,
+            Direction::V6N_DIRECTION_FROM_POD,
+            Direction::V6N_DIRECTION_TO_POD,
         ]
         .into_iter()
         .find(|d| *d as u8 == value)
@@ -132,5 +150,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Lpm4Key>(), 8);
         assert_eq!(std::mem::size_of::<EamValue>(), 28);
         assert_eq!(std::mem::size_of::<Nat64Config>(), 20);
+        assert_eq!(std::mem::size_of::<EndpointKey>(), 16);
+        assert_eq!(std::mem::size_of::<EndpointValue>(), 20);
     }
 }

@@ -32,4 +32,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_deny_src SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_ENDPOINTS_MAX);
+	__type(key, struct v6n_endpoint_key);
+	__type(value, struct v6n_endpoint_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_endpoints SEC(".maps");
+
 #endif /* V6NODE_LIB_MAPS_H */

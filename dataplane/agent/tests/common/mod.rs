@@ -45,7 +45,7 @@ pub const V6_HOST_AS_V4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 6);
 /// The IPv4 host's IPv6 face, under the well-known prefix.
 pub const V4_HOST_AS_V6: Ipv6Addr = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0xc000, 0x0202);
 
-fn ip(args: &str) {
+pub fn ip(args: &str) {
     let status = Command::new("ip").args(args.split_whitespace()).status().expect("running ip");
     assert!(status.success(), "ip {args} failed");
 }
@@ -166,32 +166,12 @@ impl Xlat {
     /// As `run`, for frames the kernel may refuse before the program runs
     /// (BPF_PROG_TEST_RUN wants at least the headers its ethertype implies).
     pub fn try_run(&self, packet: &[u8], ifindex: u32) -> Result<Run, aya::programs::ProgramError> {
-        let program: &SchedClassifier = self.ebpf.program("v6n_nat64").unwrap().try_into().unwrap();
-        // struct __sk_buff: ingress_ifindex at 36, ifindex at 40; 192 bytes.
-        let mut ctx = [0u8; 192];
-        ctx[36..40].copy_from_slice(&ifindex.to_ne_bytes());
-        ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
-        let mut out = vec![0u8; 16384];
-        let options = TestRunOptions {
-            data_in: Some(packet),
-            data_out: Some(&mut out),
-            ctx_in: Some(&ctx),
-            ..TestRunOptions::new()
-        };
-        let result = program.test_run(options)?;
-        out.truncate(result.data_size_out as usize);
-        Ok(Run { verdict: result.return_value, packet: out })
+        try_run_program(&self.ebpf, "v6n_nat64", packet, ifindex)
     }
 
     /// Packets counted under (direction, reason), over all devices.
     pub fn counted(&self, direction: Direction, reason: Reason) -> u64 {
-        let map: PerCpuHashMap<&MapData, CounterKey, CounterValue> =
-            PerCpuHashMap::try_from(self.ebpf.map(maps::COUNTERS).unwrap()).unwrap();
-        map.iter()
-            .map(Result::unwrap)
-            .filter(|(k, _)| k.direction == direction as u8 && k.reason == reason as u8)
-            .map(|(_, per_cpu)| per_cpu.iter().map(|v| v.packets).sum::<u64>())
-            .sum()
+        counted(&self.ebpf, direction, reason)
     }
 
     /// Every counted packet, whatever its slot.
@@ -202,6 +182,36 @@ impl Xlat {
     }
 }
 
+/// Runs `program` on `packet` as if it had arrived on (or been sent
+/// through) device `ifindex`, which sets where FIB lookups start.
+pub fn try_run_program(ebpf: &Ebpf, program: &str, packet: &[u8], ifindex: u32) -> Result<Run, aya::programs::ProgramError> {
+    let program: &SchedClassifier = ebpf.program(program).unwrap().try_into().unwrap();
+    // struct __sk_buff: ingress_ifindex at 36, ifindex at 40; 192 bytes.
+    let mut ctx = [0u8; 192];
+    ctx[36..40].copy_from_slice(&ifindex.to_ne_bytes());
+    ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
+    let mut out = vec![0u8; 16384];
+    let options = TestRunOptions {
+        data_in: Some(packet),
+        data_out: Some(&mut out),
+        ctx_in: Some(&ctx),
+        ..TestRunOptions::new()
+    };
+    let result = program.test_run(options)?;
+    out.truncate(result.data_size_out as usize);
+    Ok(Run { verdict: result.return_value, packet: out })
+}
+
+/// Packets counted under (direction, reason), over all devices.
+pub fn counted(ebpf: &Ebpf, direction: Direction, reason: Reason) -> u64 {
+    let map: PerCpuHashMap<&MapData, CounterKey, CounterValue> =
+        PerCpuHashMap::try_from(ebpf.map(maps::COUNTERS).unwrap()).unwrap();
+    map.iter()
+        .map(Result::unwrap)
+        .filter(|(k, _)| k.direction == direction as u8 && k.reason == reason as u8)
+        .map(|(_, per_cpu)| per_cpu.iter().map(|v| v.packets).sum::<u64>())
+        .sum()
+}
 
 // --- packets ---------------------------------------------------------------------------
 

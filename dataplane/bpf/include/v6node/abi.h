@@ -22,6 +22,10 @@ enum v6n_reason {
 	V6N_REASON_DROP_TOO_BIG = 6,    /* does not fit the next hop: PTB/Frag Needed sent back */
 	V6N_REASON_DROP_UNMAPPED = 7,   /* destination maps, source does not */
 	V6N_REASON_DROP_UNTRANSLATABLE = 8, /* RFC 7915 says not to translate it */
+	/* Pod devices and BPF host routing (pod.bpf.c, and host.bpf.c towards pods). */
+	V6N_REASON_ROUTED = 9,           /* BPF host routing sent it on, past the host's stack */
+	V6N_REASON_DROP_SPOOFED = 10,    /* a pod sent from an address that is not its own */
+	V6N_REASON_DROP_NOT_IPV6 = 11,   /* pods are IPv6 only: IPv4, ARP and the rest */
 	V6N_REASON_COUNT
 };
 
@@ -30,6 +34,8 @@ enum v6n_direction {
 	V6N_DIRECTION_EGRESS = 1,
 	V6N_DIRECTION_XLAT_6TO4 = 2, /* translator, IPv6 in, IPv4 out */
 	V6N_DIRECTION_XLAT_4TO6 = 3, /* translator, IPv4 in, IPv6 out */
+	V6N_DIRECTION_FROM_POD = 4,  /* sent by a pod (counted on its host-side device) */
+	V6N_DIRECTION_TO_POD = 5,    /* on its way into a pod through the host-side device */
 };
 
 /* v6n_counters: per-CPU hash, one slot per device, direction and reason. */
@@ -86,7 +92,26 @@ struct v6n_eam_value {
 	__u32 rule; /* index in nat64.eam, for status */
 };
 
-#define V6N_COUNTERS_MAX 4096
+/*
+ * v6n_endpoints: hash of the node's pods by IPv6 address, for BPF host
+ * routing. Written by the agent when the CNI plugin adds or deletes a pod.
+ */
+struct v6n_endpoint_key {
+	__u8 addr[16];
+};
+
+#define V6N_ENDPOINT_NETKIT 1 /* flags: netkit pair (else veth) */
+
+struct v6n_endpoint_value {
+	__u32 ifindex;     /* host side of the pod's device pair */
+	__u8 pod_mac[6];   /* the pod side's MAC: a veth pod drops frames not to it */
+	__u8 host_mac[6];
+	__u8 flags;
+	__u8 pad[3];
+};
+
+#define V6N_COUNTERS_MAX 16384 /* ~a dozen slots per pod at 110 pods, plus uplinks */
+#define V6N_ENDPOINTS_MAX 65536
 #define V6N_EAM_MAX 65536
 #define V6N_DENY_SRC_MAX 262144
 

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Delivering a packet to a pod on this node (BPF host routing): the pods'
+ * addresses are keys of v6n_endpoints, each naming the host side of its
+ * pod's device pair.
+ */
+#ifndef V6NODE_LIB_ENDPOINT_H
+#define V6NODE_LIB_ENDPOINT_H
+
+#include <linux/bpf.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#include "maps.h"
+
+static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
+{
+	struct v6n_endpoint_key key;
+
+	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
+	return bpf_map_lookup_elem(&v6n_endpoints, &key);
+}
+
+/* Link-local and multicast destinations belong to the link's own stack
+ * (neighbour discovery with the host, on veth), never to host routing. */
+static __always_inline int v6n_link_scoped(const struct in6_addr *addr)
+{
+	return addr->s6_addr[0] == 0xff || (addr->s6_addr[0] == 0xfe && (addr->s6_addr[1] & 0xc0) == 0x80);
+}
+
+/*
+ * Hands the packet to the pod behind `ep`, as a router would: hop limit
+ * decremented (the kernel gets the packet when it runs out, to send Time
+ * Exceeded), MACs set to what the pod's device expects.
+ *
+ * `at_ingress` says the program runs at tc ingress (an uplink, or a veth's
+ * host side), where bpf_redirect_peer may switch the packet straight into
+ * the pod's namespace: no backlog queue, no second pass through a device.
+ * A netkit program runs in the sending device's transmit path instead, where
+ * the kernel refuses peer redirects; redirecting to the target pod's primary
+ * device runs that device's own program and enters the pod just as directly.
+ *
+ * Returns TC_ACT_REDIRECT, or TC_ACT_UNSPEC to leave the packet to the stack.
+ */
+static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr *ip6,
+					   const struct v6n_endpoint_value *ep, int at_ingress)
+{
+	if (ip6->hop_limit <= 1)
+		return TC_ACT_UNSPEC;
+	ip6->hop_limit--;
+
+	__u8 macs[12];
+	__u32 ifindex = ep->ifindex;
+
+	__builtin_memcpy(macs, ep->pod_mac, 6);
+	__builtin_memcpy(macs + 6, ep->host_mac, 6);
+	/* Invalidates ip6: nothing reads the packet after this. */
+	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+		return TC_ACT_SHOT;
+	if (at_ingress)
+		return bpf_redirect_peer(ifindex, 0);
+	return bpf_redirect(ifindex, 0);
+}
+
+#endif /* V6NODE_LIB_ENDPOINT_H */

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Forwarding in BPF: the kernel's FIB decides the next hop, the program
+ * hands the packet to it. Shared by the translator and BPF host routing.
+ */
+#ifndef V6NODE_LIB_FIB_H
+#define V6NODE_LIB_FIB_H
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+/* <sys/socket.h> does not build for -target bpf. */
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+/*
+ * FIB lookup for a translated packet. The kernel checks forwarding on the
+ * device the lookup starts from, in the family being looked up: the
+ * translated family, which the ingress device may not even run (an IPv4-only
+ * uplink has no IPv6 forwarding switch; an MTU under 1280 removes IPv6 from
+ * a device altogether). Then the lookup is made again from the loopback
+ * device, whose switch follows net.ipv{4,6}.conf.all.forwarding.
+ */
+static __always_inline int v6n_fib_lookup(struct __sk_buff *skb, struct bpf_fib_lookup *fib)
+{
+	int rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+
+	if (rc == BPF_FIB_LKUP_RET_FWD_DISABLED) {
+		fib->ifindex = 1; /* LOOPBACK_IFINDEX */
+		rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	}
+	return rc;
+}
+
+/*
+ * Hands a packet to the next hop the FIB lookup found: straight out of the
+ * egress device when the neighbour is known, through the kernel's neighbour
+ * code when it is not (bpf_redirect_neigh resolves it and queues the packet).
+ */
+static __always_inline int v6n_redirect(struct __sk_buff *skb, struct bpf_fib_lookup *fib, int rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		__u8 macs[12];
+
+		__builtin_memcpy(macs, fib->dmac, 6);
+		__builtin_memcpy(macs + 6, fib->smac, 6);
+		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+			return TC_ACT_SHOT;
+		return bpf_redirect(fib->ifindex, 0);
+	}
+	struct bpf_redir_neigh nh = { .nh_family = fib->family };
+
+	if (fib->family == AF_INET)
+		nh.ipv4_nh = fib->ipv4_dst;
+	else
+		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
+	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
+#endif /* V6NODE_LIB_FIB_H */

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Entry object for pod devices, attached by the agent to the host side of
+ * each pod's device pair: netkit links (peer = what the pod sends, primary =
+ * what enters the pod) or, on kernels without netkit, tcx on the veth's host
+ * side (ingress = what the pod sends, egress = what enters it).
+ *
+ * BPF host routing: what a pod sends goes straight to another pod on this
+ * node, or to the next hop the kernel's FIB names, without a pass through
+ * the host's IP stack. Anything the stack has to answer (its own addresses,
+ * no route, too big, hop limit out) is left to it.
+ *
+ * netkit's verdicts are tc's: NETKIT_NEXT -1, PASS 0, DROP 2, REDIRECT 7.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/counters.h"
+#include "lib/endpoint.h"
+#include "lib/fib.h"
+#include "lib/parse.h"
+
+static __always_inline int v6n_pod_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason, int action)
+{
+	v6n_count(skb, direction, reason);
+	return action;
+}
+
+/* Counted as routed when BPF sent it on, as passed when the stack gets it;
+ * a packet that cannot be rewritten is too short for its own headers. */
+static __always_inline int v6n_routed(struct __sk_buff *skb, __u8 direction, int action)
+{
+	enum v6n_reason reason = action == TC_ACT_REDIRECT ? V6N_REASON_ROUTED
+			       : action == TC_ACT_UNSPEC  ? V6N_REASON_PASS
+							  : V6N_REASON_DROP_MALFORMED;
+
+	return v6n_pod_verdict(skb, direction, reason, action);
+}
+
+SEC("classifier")
+int v6n_from_pod(struct __sk_buff *skb)
+{
+	const __u8 dir = V6N_DIRECTION_FROM_POD;
+	struct ipv6hdr *ip6;
+	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
+
+	if (reason != V6N_REASON_PASS)
+		return v6n_pod_verdict(skb, dir, reason, TC_ACT_SHOT);
+	if (!ip6)
+		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_NOT_IPV6, TC_ACT_SHOT);
+	if (v6n_link_scoped(&ip6->daddr))
+		return v6n_pod_verdict(skb, dir, V6N_REASON_PASS, TC_ACT_UNSPEC);
+
+	/* A pod sends from its own address, through its own device, or not at all. */
+	struct v6n_endpoint_value *self = v6n_endpoint(&ip6->saddr);
+	if (!self || self->ifindex != skb->ifindex)
+		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_SPOOFED, TC_ACT_SHOT);
+	int at_ingress = !(self->flags & V6N_ENDPOINT_NETKIT);
+
+	struct v6n_endpoint_value *peer = v6n_endpoint(&ip6->daddr);
+	if (peer)
+		return v6n_routed(skb, dir, v6n_to_endpoint(skb, ip6, peer, at_ingress));
+
+	/* tot_len 0: the kernel checks the MTU against the skb itself, which
+	 * knows about GSO; a BIG TCP packet's own length means nothing here. */
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET6,
+		.ifindex = skb->ifindex,
+		.l4_protocol = ip6->nexthdr,
+	};
+	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || ip6->hop_limit <= 1)
+		return v6n_pod_verdict(skb, dir, V6N_REASON_PASS, TC_ACT_UNSPEC);
+	ip6->hop_limit--;
+	return v6n_routed(skb, dir, v6n_redirect(skb, &fib, rc));
+}
+
+SEC("classifier")
+int v6n_to_pod(struct __sk_buff *skb)
+{
+	struct ipv6hdr *ip6;
+	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
+
+	if (reason == V6N_REASON_PASS && !ip6)
+		reason = V6N_REASON_DROP_NOT_IPV6;
+	return v6n_pod_verdict(skb, V6N_DIRECTION_TO_POD, reason,
+			       reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
