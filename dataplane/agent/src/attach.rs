@@ -13,6 +13,7 @@ use std::{
     ffi::CStr,
     fs,
     io::ErrorKind,
+    os::fd::{AsFd, AsRawFd},
     path::{Path, PathBuf},
 };
 
@@ -47,17 +48,41 @@ pub enum Direction {
     Egress,
     /// The translator, at tc ingress after the host program.
     Nat64,
+    /// A pod's outgoing traffic: netkit peer link, or tcx ingress of the
+    /// host-side veth.
+    FromPod,
+    /// Traffic into a pod: netkit primary link, or tcx egress of the veth.
+    ToPod,
 }
 
 impl Direction {
     /// Where the host programs go on each device in attach.devices.
     pub const HOST: [Direction; 2] = [Direction::Ingress, Direction::Egress];
-    pub const ALL: [Direction; 3] = [Direction::Ingress, Direction::Egress, Direction::Nat64];
+    /// Where the pod programs go on the host side of each pod's pair.
+    pub const POD: [Direction; 2] = [Direction::FromPod, Direction::ToPod];
+    pub const ALL: [Direction; 5] =
+        [Direction::Ingress, Direction::Egress, Direction::Nat64, Direction::FromPod, Direction::ToPod];
 
     fn tc(self) -> TcAttachType {
         match self {
-            Direction::Ingress | Direction::Nat64 => TcAttachType::Ingress,
-            Direction::Egress => TcAttachType::Egress,
+            Direction::Ingress | Direction::Nat64 | Direction::FromPod => TcAttachType::Ingress,
+            Direction::Egress | Direction::ToPod => TcAttachType::Egress,
+        }
+    }
+
+    /// netkit's attach points, both named through the primary device.
+    fn netkit_attach_type(self) -> u32 {
+        match self {
+            Direction::FromPod => linkinfo::BPF_NETKIT_PEER,
+            _ => linkinfo::BPF_NETKIT_PRIMARY,
+        }
+    }
+
+    fn object(self) -> Object {
+        match self {
+            Direction::Ingress | Direction::Egress => Object::Host,
+            Direction::Nat64 => Object::Nat64,
+            Direction::FromPod | Direction::ToPod => Object::Pod,
         }
     }
 
@@ -66,6 +91,8 @@ impl Direction {
             Direction::Ingress => bpf::HOST_INGRESS,
             Direction::Egress => bpf::HOST_EGRESS,
             Direction::Nat64 => bpf::NAT64,
+            Direction::FromPod => bpf::FROM_POD,
+            Direction::ToPod => bpf::TO_POD,
         }
     }
 
@@ -74,6 +101,8 @@ impl Direction {
             Direction::Ingress => "ingress",
             Direction::Egress => "egress",
             Direction::Nat64 => "nat64",
+            Direction::FromPod => "from_pod",
+            Direction::ToPod => "to_pod",
         }
     }
 
@@ -98,19 +127,52 @@ impl Direction {
         }
     }
 
-    fn is_nat64(self) -> bool {
-        self == Direction::Nat64
+}
+
+/// The BPF objects, each loaded on first use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Object {
+    Host,
+    Nat64,
+    Pod,
+}
+
+impl Object {
+    fn load(self, pin_dir: &Path) -> Result<Ebpf> {
+        match self {
+            Object::Host => bpf::load_host(pin_dir),
+            Object::Nat64 => bpf::load_nat64(pin_dir),
+            Object::Pod => bpf::load_pod(pin_dir),
+        }
+    }
+
+    fn directions(self) -> &'static [Direction] {
+        match self {
+            Object::Host => &Direction::HOST,
+            Object::Nat64 => &[Direction::Nat64],
+            Object::Pod => &Direction::POD,
+        }
     }
 }
 
-/// What should be attached: (device, direction) -> ifindex.
-pub type Wanted = BTreeMap<(String, Direction), u32>;
+/// Where one attachment goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub ifindex: u32,
+    /// The device is a netkit primary: programs go on netkit links.
+    pub netkit: bool,
+}
+
+/// What should be attached: (device, direction) -> target.
+pub type Wanted = BTreeMap<(String, Direction), Target>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Tcx,
     Clsact,
+    /// A netkit link (pod devices); chosen per device, never globally.
+    Netkit,
 }
 
 impl Mode {
@@ -239,15 +301,14 @@ fn inspect_pin(pin: &Path, ifindex: Option<u32>) -> Result<PinnedState> {
 /// nothing to do costs a few syscalls and leaves no stray programs behind.
 pub struct Attacher {
     paths: Paths,
-    host: Option<Ebpf>,
-    nat64: Option<Ebpf>,
+    loaded: BTreeMap<Object, Ebpf>,
     /// Tags of the programs this agent carries, learnt on first load.
     tags: BTreeMap<&'static str, u64>,
 }
 
 impl Attacher {
     pub fn new(paths: Paths) -> Attacher {
-        Attacher { paths, host: None, nat64: None, tags: BTreeMap::new() }
+        Attacher { paths, loaded: BTreeMap::new(), tags: BTreeMap::new() }
     }
 
     /// Loads the host object to verify it and learn its program tags; the
@@ -266,22 +327,18 @@ impl Attacher {
 
     /// The object holding `direction`'s program, loaded on first use.
     fn ebpf(&mut self, direction: Direction) -> Result<&mut Ebpf> {
-        let slot = if direction.is_nat64() { &mut self.nat64 } else { &mut self.host };
-        if slot.is_none() {
+        let object = direction.object();
+        if !self.loaded.contains_key(&object) {
             fs::create_dir_all(&self.paths.pin_dir)
                 .with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
-            let (mut ebpf, programs): (Ebpf, &[Direction]) = if direction.is_nat64() {
-                (bpf::load_nat64(&self.paths.pin_dir)?, &[Direction::Nat64])
-            } else {
-                (bpf::load_host(&self.paths.pin_dir)?, &Direction::HOST)
-            };
-            for d in programs {
+            let mut ebpf = object.load(&self.paths.pin_dir)?;
+            for d in object.directions() {
                 let name = d.program();
                 self.tags.insert(name, bpf::classifier(&mut ebpf, name)?.info()?.tag());
             }
-            *slot = Some(ebpf);
+            self.loaded.insert(object, ebpf);
         }
-        Ok(slot.as_mut().expect("loaded above"))
+        Ok(self.loaded.get_mut(&object).expect("loaded above"))
     }
 
     fn tag(&mut self, direction: Direction) -> Result<u64> {
@@ -293,19 +350,19 @@ impl Attacher {
 
     /// Drops our handles: attached programs stay, held by their links.
     pub fn release(&mut self) {
-        self.host = None;
-        self.nat64 = None;
+        self.loaded.clear();
     }
 
-    pub fn reconcile(&mut self, mode: Mode, wanted: &Wanted, previous: &[Attachment]) -> Vec<Attachment> {
+    pub fn reconcile(&mut self, global_mode: Mode, wanted: &Wanted, previous: &[Attachment]) -> Vec<Attachment> {
         let mut report = Vec::new();
-        for ((device, direction), &ifindex) in wanted {
-            let direction = *direction;
+        for ((device, direction), target) in wanted {
+            let (direction, ifindex) = (*direction, target.ifindex);
+            let mode = if target.netkit { Mode::Netkit } else { global_mode };
             let known = previous.iter().find(|a| {
                 a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
             });
             let result = match (mode, known) {
-                (Mode::Tcx, _) => self.attach_tcx(device, ifindex, direction, known.is_some()),
+                (Mode::Tcx | Mode::Netkit, _) => self.attach_link(device, ifindex, direction, mode, known.is_some()),
                 (Mode::Clsact, Some(known)) => Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None }),
                 (Mode::Clsact, None) => self.attach_clsact(device, direction),
             };
@@ -331,16 +388,19 @@ impl Attacher {
         }
         // Removing what is no longer wanted comes last, so a device moving
         // between modes is never left without a program in between.
-        self.remove_unwanted(mode, wanted, previous);
+        self.remove_unwanted(global_mode, wanted, previous);
         self.release();
         report
     }
 
-    fn attach_tcx(
+    /// A tcx or netkit link, pinned: adopted when a previous agent left the
+    /// same program attached, updated in place when another build is.
+    fn attach_link(
         &mut self,
         device: &str,
         ifindex: u32,
         direction: Direction,
+        mode: Mode,
         known: bool,
     ) -> Result<Outcome> {
         let pin = link_pin(&self.paths, device, direction);
@@ -355,11 +415,17 @@ impl Attacher {
                 // A different build of the program is attached (agent upgrade,
                 // or a developer's override): swap it in place with
                 // BPF_LINK_UPDATE, which the kernel does atomically per packet.
-                let link = FdLink::from(PinnedLink::from_pin(&pin)?);
                 let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let new_id = program.info()?.id();
-                let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
-                let _: FdLink = program.take_link(id)?.try_into()?;
+                if mode == Mode::Netkit {
+                    // aya knows netkit links only by type; update by syscall.
+                    linkinfo::update(&pin, program.fd()?.as_fd().as_raw_fd())
+                        .with_context(|| format!("updating {}", pin.display()))?;
+                } else {
+                    let link = FdLink::from(PinnedLink::from_pin(&pin)?);
+                    let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+                    let _: FdLink = program.take_link(id)?.try_into()?;
+                }
                 repin(program, &program_pin)?;
                 Ok(Outcome { action: Action::Replaced, program_id: Some(new_id), link_id: Some(link_id) })
             }
@@ -373,10 +439,19 @@ impl Attacher {
                 }
                 let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let program_id = program.info()?.id();
-                let id = program.attach_with_options(device, direction.tc(), TcAttachOptions::TcxOrder(direction.order()))?;
-                let link: FdLink = program.take_link(id)?.try_into()?;
-                let link_id = link.info()?.id();
-                link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
+                let link_id = if mode == Mode::Netkit {
+                    let fd = program.fd()?.as_fd().as_raw_fd();
+                    let link = linkinfo::create_netkit(fd, ifindex, direction.netkit_attach_type())
+                        .with_context(|| format!("attaching to netkit device {device}"))?;
+                    linkinfo::pin(&link, &pin).with_context(|| format!("pinning {}", pin.display()))?;
+                    linkinfo::read(&pin).with_context(|| format!("reading {}", pin.display()))?.id
+                } else {
+                    let id = program.attach_with_options(device, direction.tc(), TcAttachOptions::TcxOrder(direction.order()))?;
+                    let link: FdLink = program.take_link(id)?.try_into()?;
+                    let link_id = link.info()?.id();
+                    link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
+                    link_id
+                };
                 repin(program, &program_pin)?;
                 Ok(Outcome { action: Action::Attached, program_id: Some(program_id), link_id: Some(link_id) })
             }
@@ -406,7 +481,8 @@ impl Attacher {
 
     fn remove_unwanted(&mut self, mode: Mode, wanted: &Wanted, previous: &[Attachment]) {
         for (device, direction, pin) in pinned_links(&self.paths) {
-            if mode == Mode::Tcx && wanted.contains_key(&(device.clone(), direction)) {
+            let linked = |t: &Target| t.netkit || mode == Mode::Tcx;
+            if wanted.get(&(device.clone(), direction)).is_some_and(linked) {
                 continue;
             }
             let _ = fs::remove_file(program_pin(&self.paths, &device, direction));
@@ -416,7 +492,8 @@ impl Attacher {
             }
         }
         for old in previous.iter().filter(|a| a.mode == Mode::Clsact && a.error.is_none()) {
-            if mode == Mode::Clsact && wanted.get(&(old.device.clone(), old.direction)) == Some(&old.ifindex) {
+            let target = wanted.get(&(old.device.clone(), old.direction));
+            if mode == Mode::Clsact && target.is_some_and(|t| !t.netkit && t.ifindex == old.ifindex) {
                 continue;
             }
             match detach_clsact(&old.device, old.direction) {
@@ -558,7 +635,7 @@ mod tests {
 
     #[test]
     fn link_pin_names_round_trip_even_with_dashes_and_dots_in_device_names() {
-        let paths = Paths { pin_dir: "/p".into(), state_dir: "/s".into(), config_root: "/".into() };
+        let paths = Paths { pin_dir: "/p".into(), state_dir: "/s".into(), config_root: "/".into(), cni_conf_dir: "/c".into() };
         for device in ["eth0", "br-lan", "eth0.100", "en-p-1"] {
             for direction in Direction::ALL {
                 let pin = link_pin(&paths, device, direction);

@@ -21,6 +21,12 @@ static NAT64_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR")
 const NAT64_OBJECT_OVERRIDE: &str = "V6NODE_DATAPLANE_NAT64_OBJECT";
 pub const NAT64: &str = "v6n_nat64";
 
+/// Entry object of pod devices (bpf/pod.bpf.c).
+static POD_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pod.bpf.o"));
+const POD_OBJECT_OVERRIDE: &str = "V6NODE_DATAPLANE_POD_OBJECT";
+pub const FROM_POD: &str = "v6n_from_pod";
+pub const TO_POD: &str = "v6n_to_pod";
+
 /// Loads the host object into the kernel. Maps declared pinned-by-name are
 /// opened from `pin_dir` when they exist there, so counters and tables
 /// survive agent restarts; new ones are created and pinned.
@@ -31,6 +37,11 @@ pub fn load_host(pin_dir: &Path) -> Result<Ebpf> {
 /// Loads the translator; its tables are pinned beside the host object's.
 pub fn load_nat64(pin_dir: &Path) -> Result<Ebpf> {
     load(pin_dir, "nat64", NAT64_OBJECT, NAT64_OBJECT_OVERRIDE, &[NAT64])
+}
+
+/// Loads the pod programs; the endpoint map is pinned beside the others.
+pub fn load_pod(pin_dir: &Path) -> Result<Ebpf> {
+    load(pin_dir, "pod", POD_OBJECT, POD_OBJECT_OVERRIDE, &[FROM_POD, TO_POD])
 }
 
 fn load(pin_dir: &Path, what: &str, embedded: &'static [u8], override_var: &str, programs: &[&str]) -> Result<Ebpf> {

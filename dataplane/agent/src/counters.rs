@@ -48,3 +48,15 @@ pub fn read(pin_dir: &Path) -> Result<Vec<CounterRow>> {
     rows.sort();
     Ok(rows)
 }
+
+/// Removes a deleted pod device's counter slots: ifindexes are reused, and
+/// a new pod must not inherit the old one's counts (nor fill the map).
+pub fn forget_device(pin_dir: &Path, ifindex: u32) {
+    let pin = pin_dir.join(maps::COUNTERS);
+    let Ok(data) = MapData::from_pin(&pin) else { return };
+    let Ok(mut map) = PerCpuHashMap::<_, CounterKey, CounterValue>::try_from(Map::PerCpuHashMap(data)) else { return };
+    let keys: Vec<CounterKey> = map.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+    for key in keys {
+        let _ = map.remove(&key);
+    }
+}

@@ -17,6 +17,8 @@ use futures::StreamExt;
 use rtnetlink::{constants::RTMGRP_LINK, sys::AsyncSocket, sys::SocketAddr, Handle};
 use sd_notify::NotifyState;
 use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{UnixListener, UnixStream},
     signal::unix::{signal, SignalKind},
     task::JoinHandle,
     time::{interval, sleep_until, Instant as TokioInstant, MissedTickBehavior},
@@ -24,8 +26,10 @@ use tokio::{
 use v6node_config::{Config, LoadedConfig};
 
 use crate::{
-    attach::{self, Attacher, Direction, Mode, Wanted},
-    bigtcp, logging, metrics,
+    attach::{self, Attacher, Direction, Mode, Target, Wanted},
+    bigtcp,
+    endpoints::Endpoints,
+    logging, metrics,
     paths::Paths,
     state::{self, Reload, State},
     tables,
@@ -53,8 +57,12 @@ struct Daemon {
     state: Arc<Mutex<State>>,
     netlink: Handle,
     attacher: Attacher,
+    endpoints: Endpoints,
     metrics: Option<(String, JoinHandle<()>)>,
 }
+
+/// A CNI call waits on the agent; one that stalls must not stall the agent.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn run(paths: &Paths) -> Result<()> {
     let started = Instant::now();
@@ -77,6 +85,11 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
 
     let mut attacher = Attacher::new(paths.clone());
     attacher.verify()?;
+    let mut endpoints = Endpoints::load(&paths)?;
+    for gone in endpoints.prune(&paths)? {
+        log::info!("pod {} ({}) is gone: endpoint removed", gone.endpoint.address, gone.endpoint.host_device);
+    }
+    let listener = listen(&paths)?;
     let state = State {
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
@@ -89,6 +102,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         state: Arc::new(Mutex::new(state)),
         netlink,
         attacher,
+        endpoints,
         metrics: None,
     };
     daemon.apply(&loaded).await?;
@@ -120,7 +134,8 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
                 settle_at = None;
                 daemon.reconcile_devices().await;
             }
-            _ = resync.tick() => daemon.reconcile_devices().await,
+            _ = resync.tick() => daemon.resync().await,
+            Ok((stream, _)) = listener.accept() => daemon.serve(stream).await,
             _ = async { match watchdog.as_mut() { Some(w) => { w.tick().await; } None => pending().await } } => {
                 notify(&[NotifyState::Watchdog]);
             }
@@ -129,6 +144,21 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     notify(&[NotifyState::Stopping, NotifyState::Status("stopped; the dataplane stays attached")]);
     log::info!("stopping; programs stay attached through their pins");
     Ok(())
+}
+
+/// The endpoint API socket, root's only.
+fn listen(paths: &Paths) -> Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let socket = paths.endpoints_socket();
+    std::fs::create_dir_all(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
+    match std::fs::remove_file(&socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing stale {}", socket.display())),
+    }
+    let listener = UnixListener::bind(&socket).with_context(|| format!("listening on {}", socket.display()))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }
 
 /// Pins must live on a bpffs; anywhere else BPF_OBJ_PIN fails with a
@@ -174,6 +204,9 @@ impl Daemon {
             state.deny_sources.as_ref().map_or(0, |d| d.entries),
             state.bigtcp.iter().filter(|r| r.error.is_none()).count(),
         );
+        if !state.endpoints.is_empty() {
+            summary.push_str(&format!(", {} pod(s)", state.endpoints.len()));
+        }
         if let Some(nat64) = &state.nat64 {
             let devices = state.attachments.iter().filter(|a| a.direction == Direction::Nat64 && a.error.is_none()).count();
             summary.push_str(&format!(", NAT64 {} with {} EAM(s) on {devices} device(s)", nat64.prefix, nat64.eam.entries));
@@ -226,18 +259,150 @@ impl Daemon {
             .collect())
     }
 
-    /// Host programs on attach.devices, the translator on nat64.devices.
-    fn wanted_attachments(config: &Config) -> Result<Wanted> {
+    /// Host programs on attach.devices, the translator on nat64.devices,
+    /// pod programs on the host side of every pod's pair.
+    fn wanted_attachments(&self, config: &Config) -> Result<Wanted> {
         let mut wanted = Wanted::new();
         for (device, ifindex) in Self::wanted(&config.attach.devices)? {
             for direction in Direction::HOST {
-                wanted.insert((device.clone(), direction), ifindex);
+                wanted.insert((device.clone(), direction), Target { ifindex, netkit: false });
             }
         }
         for (device, ifindex) in Self::wanted(&config.nat64.devices)? {
-            wanted.insert((device, Direction::Nat64), ifindex);
+            wanted.insert((device, Direction::Nat64), Target { ifindex, netkit: false });
         }
+        self.endpoints.wanted(&mut wanted);
         Ok(wanted)
+    }
+
+    /// The periodic repair: pods whose devices vanished lose their
+    /// endpoints, then attachments are brought in line.
+    async fn resync(&mut self) {
+        match self.endpoints.prune(&self.paths) {
+            Ok(gone) => {
+                for gone in &gone {
+                    log::info!("pod {} ({}) is gone: endpoint removed", gone.endpoint.address, gone.endpoint.host_device);
+                }
+                if !gone.is_empty() {
+                    let list = self.endpoints.list();
+                    self.update(|s| s.endpoints = list);
+                }
+            }
+            Err(e) => log::error!("checking endpoints: {e:#}"),
+        }
+        self.reconcile_devices().await;
+    }
+
+    /// Answers one endpoint API request from v6node-cni.
+    async fn serve(&mut self, mut stream: UnixStream) {
+        let mut body = Vec::new();
+        let read = tokio::time::timeout(REQUEST_TIMEOUT, (&mut stream).take(v6node_api::MAX_MESSAGE).read_to_end(&mut body)).await;
+        let response = match read {
+            Err(_) => v6node_api::Response::error("timed out reading the request"),
+            Ok(Err(e)) => v6node_api::Response::error(format!("reading the request: {e}")),
+            Ok(Ok(_)) => match serde_json::from_slice::<v6node_api::Request>(&body) {
+                Err(e) => v6node_api::Response::error(format!("malformed request: {e}")),
+                Ok(request) => self.handle(request).await,
+            },
+        };
+        let mut answer = serde_json::to_vec(&response).unwrap_or_default();
+        answer.push(b'\n');
+        let _ = tokio::time::timeout(REQUEST_TIMEOUT, stream.write_all(&answer)).await;
+    }
+
+    async fn handle(&mut self, request: v6node_api::Request) -> v6node_api::Response {
+        use v6node_api::{Request, Response};
+        match request {
+            Request::List => Response::ok(self.endpoints.list()),
+            Request::Add(endpoint) => {
+                let (container_id, ifname) = (endpoint.container_id.clone(), endpoint.ifname.clone());
+                let host_device = endpoint.host_device.clone();
+                let size = self.loaded.config.bigtcp.size;
+                let added = match self.endpoints.add(&self.paths, &self.netlink, endpoint, size).await {
+                    Ok(added) => added,
+                    Err(e) => return Response::error(format!("{e:#}")),
+                };
+                self.endpoints_changed().await;
+                let failed: Vec<String> = self
+                    .state
+                    .lock()
+                    .expect("state lock")
+                    .attachments
+                    .iter()
+                    .filter(|a| a.device == host_device)
+                    .filter_map(|a| a.error.as_ref().map(|e| format!("{} {}: {e}", a.device, a.direction.name())))
+                    .collect();
+                if !failed.is_empty() {
+                    // Half a pod is worse than none: take it out again.
+                    let _ = self.endpoints.del(&self.paths, &container_id, &ifname);
+                    self.endpoints_changed().await;
+                    return Response::error(failed.join("; "));
+                }
+                log::info!(
+                    "pod {} added: {} on {} ({}), BIG TCP {}",
+                    added.endpoint.pod.as_deref().unwrap_or(&added.endpoint.container_id),
+                    added.endpoint.address,
+                    added.endpoint.host_device,
+                    added.endpoint.device.as_str(),
+                    added.bigtcp.map_or("off".into(), |b| b.to_string()),
+                );
+                Response::ok(vec![added])
+            }
+            Request::Del { container_id, ifname } => match self.endpoints.del(&self.paths, &container_id, &ifname) {
+                Ok(removed) => {
+                    if let Some(old) = &removed {
+                        log::info!("pod {} deleted: {} on {}", old.endpoint.pod.as_deref().unwrap_or(&container_id), old.endpoint.address, old.endpoint.host_device);
+                        self.endpoints_changed().await;
+                    }
+                    Response::ok(removed.into_iter().collect())
+                }
+                Err(e) => Response::error(format!("{e:#}")),
+            },
+        }
+    }
+
+    async fn endpoints_changed(&mut self) {
+        let list = self.endpoints.list();
+        self.update(|s| s.endpoints = list);
+        self.reconcile_devices().await;
+    }
+
+    /// Writes the CNI network configuration once the pod prefix is known and
+    /// removes it when the prefix goes: the runtime reports the pod network
+    /// ready exactly while it exists.
+    fn write_cni_config(&self, config: &Config) -> Result<Option<std::path::PathBuf>> {
+        let path = self.paths.cni_conflist();
+        let Some(prefix) = config.pods.prefix else {
+            match std::fs::remove_file(&path) {
+                Ok(()) => log::info!("pods.prefix unset: {} removed", path.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+            }
+            return Ok(None);
+        };
+        let conflist = serde_json::json!({
+            "cniVersion": "1.1.0",
+            "name": "v6node",
+            "plugins": [{
+                "type": "v6node-cni",
+                "podCIDR": prefix.to_string(),
+                "device": config.pods.device.as_str(),
+                "agentSocket": self.paths.endpoints_socket(),
+            }],
+        });
+        let mut text = serde_json::to_vec_pretty(&conflist)?;
+        text.push(b'\n');
+        if std::fs::read(&path).ok().as_deref() == Some(&text[..]) {
+            return Ok(Some(path));
+        }
+        std::fs::create_dir_all(&self.paths.cni_conf_dir)
+            .with_context(|| format!("creating {}", self.paths.cni_conf_dir.display()))?;
+        // Runtimes watch this directory: they must never read half a file.
+        let tmp = self.paths.cni_conf_dir.join(".10-v6node.conflist.tmp");
+        std::fs::write(&tmp, &text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))?;
+        log::info!("CNI network configuration for pods in {prefix} written to {}", path.display());
+        Ok(Some(path))
     }
 
     /// Applies a validated configuration. Tables first, then attachments,
@@ -266,7 +431,11 @@ impl Daemon {
         if tables::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
+        let cni_config = self.write_cni_config(config)?;
+        let endpoints = self.endpoints.list();
         self.update(|s| {
+            s.cni_config = cni_config;
+            s.endpoints = endpoints;
             s.generation += 1;
             s.config_files = loaded.files.clone();
             s.deny_sources = Some(deny);
@@ -308,7 +477,7 @@ impl Daemon {
         let config = self.loaded.config.clone();
         let mode = Mode::resolve(config.attach.mode);
         let previous = self.state.lock().expect("state lock").attachments.clone();
-        let attachments = match Self::wanted_attachments(&config) {
+        let attachments = match self.wanted_attachments(&config) {
             Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),
             Err(e) => {
                 log::error!("{e:#}");
@@ -316,7 +485,8 @@ impl Daemon {
             }
         };
         let mut reports = Vec::new();
-        if let Ok(wanted) = Self::wanted(&config.bigtcp.devices) {
+        if let Ok(mut wanted) = Self::wanted(&config.bigtcp.devices) {
+            wanted.extend(self.endpoints.host_devices());
             for (device, ifindex) in wanted {
                 let report = bigtcp::apply(&self.netlink, &device, ifindex, config.bigtcp.size).await;
                 match &report.error {

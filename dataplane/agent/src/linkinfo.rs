@@ -15,8 +15,14 @@ use std::{
     path::Path,
 };
 
+const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_LINK_UPDATE: libc::c_long = 29;
+/// enum bpf_attach_type: netkit links (Linux 6.7+).
+pub const BPF_NETKIT_PRIMARY: u32 = 54;
+pub const BPF_NETKIT_PEER: u32 = 55;
 
 /// The head of `struct bpf_link_info` and its tcx arm (uapi linux/bpf.h):
 /// type, id, prog_id, then the 8-aligned union, whose tcx member is
@@ -52,14 +58,51 @@ fn bpf(cmd: libc::c_long, attr: &mut [u64]) -> io::Result<libc::c_long> {
     }
 }
 
-pub fn read(pin: &Path) -> io::Result<TcxLinkInfo> {
+fn open_pin(pin: &Path) -> io::Result<OwnedFd> {
     let path = CString::new(pin.as_os_str().as_encoded_bytes())?;
     // union bpf_attr, obj_get arm: { u64 pathname; u32 bpf_fd; u32 file_flags }
     let mut attr = [0u64; 16];
     attr[0] = path.as_ptr() as u64;
     let fd = bpf(BPF_OBJ_GET, &mut attr)?;
     // SAFETY: BPF_OBJ_GET returned a new descriptor we now own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Attaches a program to a netkit device (named by its primary) at
+/// `attach_type`, after the programs already there. aya 0.14 creates tcx
+/// links only.
+pub fn create_netkit(prog_fd: i32, ifindex: u32, attach_type: u32) -> io::Result<OwnedFd> {
+    // link_create arm: { u32 prog_fd; u32 target_ifindex; u32 attach_type;
+    // u32 flags; netkit: { u32 relative_fd; u64 expected_revision } }
+    let mut attr = [0u64; 16];
+    attr[0] = u64::from(prog_fd as u32) | u64::from(ifindex) << 32;
+    attr[1] = u64::from(attach_type);
+    let fd = bpf(BPF_LINK_CREATE, &mut attr)?;
+    // SAFETY: BPF_LINK_CREATE returned a new descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Pins a link (or any BPF object) at `path` on a bpffs.
+pub fn pin(fd: &OwnedFd, path: &Path) -> io::Result<()> {
+    let path = CString::new(path.as_os_str().as_encoded_bytes())?;
+    let mut attr = [0u64; 16];
+    attr[0] = path.as_ptr() as u64;
+    attr[1] = u64::from(fd.as_raw_fd() as u32);
+    bpf(BPF_OBJ_PIN, &mut attr).map(drop)
+}
+
+/// Swaps the program of the pinned link for `prog_fd`, atomically per packet.
+pub fn update(pin: &Path, prog_fd: i32) -> io::Result<()> {
+    let link = open_pin(pin)?;
+    // link_update arm: { u32 link_fd; u32 new_prog_fd; u32 flags; u32 old_prog_fd }
+    let mut attr = [0u64; 16];
+    attr[0] = u64::from(link.as_raw_fd() as u32) | u64::from(prog_fd as u32) << 32;
+    bpf(BPF_LINK_UPDATE, &mut attr).map(drop)
+}
+
+/// Reads a pinned tcx or netkit link (their info arms are laid out alike).
+pub fn read(pin: &Path) -> io::Result<TcxLinkInfo> {
+    let fd = open_pin(pin)?;
 
     let mut info = RawLinkInfo::default();
     // info arm: { u32 bpf_fd; u32 info_len; u64 info }

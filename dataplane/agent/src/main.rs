@@ -6,6 +6,7 @@ mod bigtcp;
 mod bpf;
 mod counters;
 mod daemon;
+mod endpoints;
 mod linkinfo;
 mod logging;
 mod metrics;

@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn every_family_has_help_and_type_even_with_no_counters() {
-        let paths = Paths { pin_dir: "/nonexistent".into(), state_dir: "/s".into(), config_root: "/".into() };
+        let paths = Paths { pin_dir: "/nonexistent".into(), state_dir: "/s".into(), config_root: "/".into(), cni_conf_dir: "/c".into() };
         let text = render(&paths, &State::default());
         for family in ["v6node_dataplane_packets_total", "v6node_dataplane_config_generation", "v6node_dataplane_last_reload_success"] {
             assert!(text.contains(&format!("# TYPE {family} ")), "{family} in\n{text}");

@@ -15,6 +15,10 @@ pub struct Paths {
     /// Prefix for /usr/lib/v6node and /etc/v6node (configuration search root).
     #[arg(long, global = true, env = "V6NODE_CONFIG_ROOT", default_value = "/")]
     pub config_root: PathBuf,
+    /// Where the CNI network configuration for v6node-cni is written once
+    /// pods.prefix is known (the container runtime's CNI config directory).
+    #[arg(long, global = true, env = "V6NODE_CNI_CONF_DIR", default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
 }
 
 impl Paths {
@@ -30,6 +34,21 @@ impl Paths {
 
     pub fn state_file(&self) -> PathBuf {
         self.state_dir.join("dataplane.json")
+    }
+
+    /// The endpoint API socket v6node-cni talks to.
+    pub fn endpoints_socket(&self) -> PathBuf {
+        self.state_dir.join("endpoints.sock")
+    }
+
+    /// The pods the agent routes, kept across agent restarts.
+    pub fn endpoints_file(&self) -> PathBuf {
+        self.state_dir.join("endpoints.json")
+    }
+
+    /// The CNI network configuration (a conflist) the agent writes.
+    pub fn cni_conflist(&self) -> PathBuf {
+        self.cni_conf_dir.join("10-v6node.conflist")
     }
 
     /// unbound configuration carrying nat64.prefix, for the node's DNS64.

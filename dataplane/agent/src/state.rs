@@ -35,6 +35,12 @@ pub struct State {
     pub deny_sources: Option<SyncStats>,
     /// The translator's tables; None while nat64.devices is empty.
     pub nat64: Option<Nat64Stats>,
+    /// The pods routed, as v6node-cni added them.
+    #[serde(default)]
+    pub endpoints: Vec<v6node_api::EndpointState>,
+    /// The CNI network configuration written for pods.prefix, if any.
+    #[serde(default)]
+    pub cni_config: Option<PathBuf>,
     pub metrics: Metrics,
 }
 

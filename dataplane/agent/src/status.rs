@@ -31,8 +31,17 @@ struct Status {
     deny_sources: Option<SyncStats>,
     /// The translator's prefix and mappings; null while it is off.
     nat64: Option<Nat64Stats>,
+    pods: Pods,
     counters: Vec<CounterRow>,
     metrics_listen: String,
+}
+
+#[derive(Serialize)]
+struct Pods {
+    /// The CNI network configuration written for pods.prefix; null until
+    /// the prefix is known.
+    cni_config: Option<PathBuf>,
+    endpoints: Vec<v6node_api::EndpointState>,
 }
 
 #[derive(Serialize)]
@@ -69,6 +78,12 @@ fn collect(paths: &Paths) -> Result<Status> {
     for r in recorded.bigtcp.iter().filter(|r| r.error.is_some()) {
         problems.push(format!("{}: BIG TCP: {}", r.device, r.error.as_deref().unwrap_or("")));
     }
+    let devices = attach::devices().unwrap_or_default();
+    for e in &recorded.endpoints {
+        if devices.get(&e.endpoint.host_device) != Some(&e.host_ifindex) {
+            problems.push(format!("pod {}: device {} is gone", e.endpoint.address, e.endpoint.host_device));
+        }
+    }
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
     }
@@ -93,6 +108,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         bigtcp: recorded.bigtcp,
         deny_sources: recorded.deny_sources,
         nat64: recorded.nat64,
+        pods: Pods { cni_config: recorded.cni_config, endpoints: recorded.endpoints },
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -191,6 +207,29 @@ fn human(status: &Status) -> String {
         None => {
             let _ = writeln!(out, "nat64:       off");
         }
+    }
+    let _ = writeln!(
+        out,
+        "\npods:        {} endpoint(s); CNI config {}",
+        status.pods.endpoints.len(),
+        status.pods.cni_config.as_ref().map_or("not written (pods.prefix unset)".into(), |p| p.display().to_string())
+    );
+    let rows: Vec<Vec<String>> = status
+        .pods
+        .endpoints
+        .iter()
+        .map(|e| {
+            vec![
+                e.endpoint.pod.clone().unwrap_or_else(|| e.endpoint.container_id.chars().take(12).collect()),
+                e.endpoint.host_device.clone(),
+                e.endpoint.address.to_string(),
+                e.endpoint.device.as_str().into(),
+                opt(e.bigtcp),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(&mut out, &["POD", "DEVICE", "ADDRESS", "MODE", "BIG_TCP"], &rows);
     }
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status

@@ -71,6 +71,7 @@ pub struct Config {
     pub bigtcp: BigTcp,
     pub filter: Filter,
     pub nat64: Nat64,
+    pub pods: Pods,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -242,6 +243,44 @@ pub struct Eam {
 fn serialize_one_displayed<T: fmt::Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(value)
 }
+
+/// Pod networking: what the agent writes into the CNI network configuration
+/// that `v6node-cni` reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
+pub struct Pods {
+    /// The node's pod prefix; `None` until known, and no CNI configuration
+    /// is written until then (the runtime reports the network not ready).
+    #[serde(serialize_with = "serialize_optional_displayed")]
+    pub prefix: Option<Ipv6Net>,
+    pub device: PodDevice,
+}
+
+fn serialize_optional_displayed<T: fmt::Display, S: Serializer>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_str(""),
+    }
+}
+
+/// Which device pair connects a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PodDevice {
+    /// netkit where the kernel has it, veth elsewhere.
+    #[default]
+    Auto,
+    Netkit,
+    Veth,
+}
+
+keywords!(PodDevice, "pod device", {
+    Auto => "auto",
+    Netkit => "netkit",
+    Veth => "veth",
+});
+
+/// Pod prefixes must leave room for a node's pods and be plain unicast.
+pub const POD_PREFIX_MAX_LEN: u8 = 120;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
 pub struct Metrics {

@@ -365,7 +365,7 @@ fn unknown_keys() {
     bad(
         "foo = 1",
         "foo",
-        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, metrics, log",
+        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, metrics, log",
     );
     bad("[foo]", "foo", "unknown key `foo`");
     bad(
@@ -808,4 +808,24 @@ fn runtime_dropins_sit_between_vendor_and_etc() {
     assert_eq!(l.origins["nat64.devices"], role);
     assert_eq!(l.config.log.level, LogLevel::Error, "/etc wins over /run");
     assert_eq!(l.origins["log.level"], etc);
+}
+
+#[test]
+fn pods_prefix_and_device() {
+    let c = ok("[pods]\nprefix = \"fd00:10:244:1::/64\"\ndevice = \"veth\"\n");
+    assert_eq!(c.pods.prefix, Some("fd00:10:244:1::/64".parse().unwrap()));
+    assert_eq!(c.pods.device, PodDevice::Veth);
+    assert_eq!(Config::default().pods.prefix, None);
+    assert_eq!(Config::default().pods.device, PodDevice::Auto);
+    assert_eq!(ok("[pods]\nprefix = \"\"\n").pods.prefix, None);
+}
+
+#[test]
+fn pods_prefix_rejects_what_cannot_number_pods() {
+    bad("[pods]\nprefix = \"10.244.0.0/24\"\n", "pods.prefix", "is not an IPv6 prefix");
+    bad("[pods]\nprefix = \"fd00:10:244:1::5/64\"\n", "pods.prefix", "host bits set; the prefix is fd00:10:244:1::/64");
+    bad("[pods]\nprefix = \"fd00:10:244:1::/124\"\n", "pods.prefix", "too few addresses");
+    bad("[pods]\nprefix = \"fe80::/64\"\n", "pods.prefix", "not a unicast prefix");
+    bad("[pods]\ndevice = \"macvlan\"\n", "pods.device", "unknown pod device `macvlan`; expected one of auto, netkit, veth");
+    bad("[pods]\ncidr = \"fd00::/64\"\n", "pods.cidr", "unknown key");
 }

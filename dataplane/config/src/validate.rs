@@ -17,7 +17,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(crate) fn build(m: &Merged) -> Result<Config> {
     let v = Validator { m };
     let root = &m.table;
-    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "metrics", "log"])?;
+    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "pods", "metrics", "log"])?;
     let mut cfg = Config::default();
 
     if let Some(t) = v.section(root, "attach", &["devices", "mode"])? {
@@ -61,6 +61,18 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
         if let Some(value) = t.get("eam") {
             cfg.nat64.eam = v.eams("nat64.eam", value)?;
+        }
+    }
+
+    if let Some(t) = v.section(root, "pods", &["prefix", "device"])? {
+        if let Some(s) = v.string(t, "pods.prefix")? {
+            cfg.pods.prefix = match s {
+                "" => None,
+                s => Some(pod_prefix(s).map_err(|r| v.err("pods.prefix", r))?),
+            };
+        }
+        if let Some(s) = v.string(t, "pods.device")? {
+            cfg.pods.device = s.parse().map_err(|r| v.err("pods.device", r))?;
         }
     }
 
@@ -261,6 +273,21 @@ impl Validator<'_> {
         }
         Ok(out)
     }
+}
+
+fn pod_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let net: Ipv6Net = s.parse().map_err(|_| format!("`{s}` is not an IPv6 prefix such as \"fd00:10:244:1::/64\""))?;
+    if net.trunc() != net {
+        return Err(format!("`{s}` has host bits set; the prefix is {}", net.trunc()));
+    }
+    if net.prefix_len() > POD_PREFIX_MAX_LEN {
+        return Err(format!("/{} leaves too few addresses for pods; use /{POD_PREFIX_MAX_LEN} or shorter", net.prefix_len()));
+    }
+    let first = net.addr().segments()[0];
+    if first & 0xff00 == 0xff00 || first & 0xffc0 == 0xfe80 || net.addr().is_unspecified() || net.addr().is_loopback() {
+        return Err(format!("`{s}` is not a unicast prefix (multicast, link-local, loopback or ::)"));
+    }
+    Ok(net)
 }
 
 fn nat64_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
