@@ -290,6 +290,12 @@ fn inspect_pin(pin: &Path, ifindex: Option<u32>) -> Result<PinnedState> {
         Ok(info) if info.ifindex != 0 && Some(info.ifindex) == ifindex => {
             Ok(PinnedState::Attached { link_id: info.id, program_id: info.prog_id })
         }
+        // A netkit peer link reports the pod-side device, whose index is
+        // another namespace's; the pair dies as a whole, so "still has a
+        // device" is what attached means here.
+        Ok(info) if info.attach_type == linkinfo::BPF_NETKIT_PEER && info.ifindex != 0 && ifindex.is_some() => {
+            Ok(PinnedState::Attached { link_id: info.id, program_id: info.prog_id })
+        }
         Ok(_) => Ok(PinnedState::Stale),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(PinnedState::Missing),
         Err(e) => Err(e).with_context(|| format!("reading pinned link {}", pin.display())),

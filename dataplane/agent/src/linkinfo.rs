@@ -45,6 +45,7 @@ pub struct TcxLinkInfo {
     pub prog_id: u32,
     /// 0 once the device went away (the link is then defunct).
     pub ifindex: u32,
+    pub attach_type: u32,
 }
 
 fn bpf(cmd: libc::c_long, attr: &mut [u64]) -> io::Result<libc::c_long> {
@@ -110,5 +111,5 @@ pub fn read(pin: &Path) -> io::Result<TcxLinkInfo> {
     attr[0] = u64::from(fd.as_raw_fd() as u32) | (std::mem::size_of::<RawLinkInfo>() as u64) << 32;
     attr[1] = &mut info as *mut RawLinkInfo as u64;
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
-    Ok(TcxLinkInfo { id: info.id, prog_id: info.prog_id, ifindex: info.ifindex })
+    Ok(TcxLinkInfo { id: info.id, prog_id: info.prog_id, ifindex: info.ifindex, attach_type: info.attach_type })
 }
