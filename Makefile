@@ -39,6 +39,7 @@ test-image:
 bench:
 	tests/bench/dataplane
 	tests/bench/nat64 5 3
+	tests/bench/pods
 	tests/bench/image
 
 clean:
