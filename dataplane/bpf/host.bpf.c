@@ -39,10 +39,8 @@ int v6n_from_dev(struct __sk_buff *skb)
 		if (pod) {
 			int action = v6n_to_endpoint(skb, ip6, pod, 1);
 
-			if (action != TC_ACT_UNSPEC) {
-				v6n_count(skb, V6N_DIRECTION_INGRESS, action == TC_ACT_REDIRECT ? V6N_REASON_ROUTED : V6N_REASON_DROP_MALFORMED);
-				return action;
-			}
+			v6n_count(skb, V6N_DIRECTION_INGRESS, v6n_routed_reason(action));
+			return action;
 		}
 	}
 	return v6n_verdict(skb, V6N_DIRECTION_INGRESS, reason);

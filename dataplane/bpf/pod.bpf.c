@@ -27,15 +27,9 @@ static __always_inline int v6n_pod_verdict(struct __sk_buff *skb, __u8 direction
 	return action;
 }
 
-/* Counted as routed when BPF sent it on, as passed when the stack gets it;
- * a packet that cannot be rewritten is too short for its own headers. */
 static __always_inline int v6n_routed(struct __sk_buff *skb, __u8 direction, int action)
 {
-	enum v6n_reason reason = action == TC_ACT_REDIRECT ? V6N_REASON_ROUTED
-			       : action == TC_ACT_UNSPEC  ? V6N_REASON_PASS
-							  : V6N_REASON_DROP_MALFORMED;
-
-	return v6n_pod_verdict(skb, direction, reason, action);
+	return v6n_pod_verdict(skb, direction, v6n_routed_reason(action), action);
 }
 
 SEC("classifier")

@@ -17,7 +17,7 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use futures::TryStreamExt;
 use rtnetlink::{packet_route::link::LinkAttribute, Handle};
 use v6node_abi::{maps, EndpointKey, EndpointValue, ENDPOINT_NETKIT};
-use v6node_api::{Endpoint, EndpointState, PodDevice};
+use v6node_api::{format_mac, Endpoint, EndpointState, PodDevice};
 
 use crate::{
     attach::{self, Direction, Target, Wanted},
@@ -25,6 +25,13 @@ use crate::{
     paths::Paths,
     state,
 };
+
+/// Whether the endpoint's host-side device is still the one it was added
+/// with (`devices` as `attach::devices` lists them); ifindexes are not reused
+/// while a device lives, so a new device of the same name does not pass.
+pub fn device_present(devices: &BTreeMap<String, u32>, state: &EndpointState) -> bool {
+    devices.get(&state.endpoint.host_device) == Some(&state.host_ifindex)
+}
 
 /// Endpoints by (container id, interface name), as CNI names an attachment.
 #[derive(Default)]
@@ -44,10 +51,6 @@ fn parse_mac(mac: &str) -> [u8; 6] {
         *byte = u8::from_str_radix(part, 16).unwrap_or(0);
     }
     out
-}
-
-fn format_mac(mac: &[u8]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn map_value(state: &EndpointState) -> EndpointValue {
@@ -181,7 +184,7 @@ impl Endpoints {
         let gone: Vec<_> = self
             .records
             .iter()
-            .filter(|(_, s)| devices.get(&s.endpoint.host_device) != Some(&s.host_ifindex))
+            .filter(|(_, s)| !device_present(&devices, s))
             .map(|(id, _)| id.clone())
             .collect();
         let mut removed = Vec::new();
@@ -193,12 +196,19 @@ impl Endpoints {
         let mut map = open_map(&paths.pin_dir)?;
         let keep: BTreeMap<[u8; 16], EndpointValue> =
             self.records.values().map(|s| (s.endpoint.address.octets(), map_value(s))).collect();
-        let stale: Vec<EndpointKey> = map.keys().flatten().filter(|k| !keep.contains_key(&k.addr)).collect();
-        for key in stale {
-            let _ = map.remove(&key);
+        // The periodic resync mostly finds the map right: write only what differs.
+        let mut current: BTreeMap<[u8; 16], EndpointValue> = BTreeMap::new();
+        for entry in map.iter() {
+            let (key, value) = entry.context("reading the endpoint map")?;
+            current.insert(key.addr, value);
+        }
+        for addr in current.keys().filter(|a| !keep.contains_key(*a)) {
+            let _ = map.remove(&EndpointKey { addr: *addr });
         }
         for (addr, value) in keep {
-            map.insert(EndpointKey { addr }, value, 0).context("writing the endpoint map")?;
+            if current.get(&addr) != Some(&value) {
+                map.insert(EndpointKey { addr }, value, 0).context("writing the endpoint map")?;
+            }
         }
         Ok(removed)
     }

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Where a pinned tcx link is attached, read from the link itself.
+//! Raw bpf(2) link calls aya 0.14 lacks: where a pinned tcx or netkit link
+//! is attached (read from the link itself), and creating, pinning and
+//! updating netkit links.
 //!
 //! aya answers "which programs are attached here" through
 //! BPF_PROG_GET_FD_BY_ID, which needs CAP_SYS_ADMIN. The link's own info

@@ -80,7 +80,7 @@ fn collect(paths: &Paths) -> Result<Status> {
     }
     let devices = attach::devices().unwrap_or_default();
     for e in &recorded.endpoints {
-        if devices.get(&e.endpoint.host_device) != Some(&e.host_ifindex) {
+        if !crate::endpoints::device_present(&devices, e) {
             problems.push(format!("pod {}: device {} is gone", e.endpoint.address, e.endpoint.host_device));
         }
     }

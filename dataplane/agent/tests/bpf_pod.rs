@@ -77,7 +77,7 @@ impl Node {
         Node { pod, host, _pins: pins, host_a: ifindex("hosta"), host_b: ifindex("hostb"), uplink: ifindex("uplink") }
     }
 
-    fn from_pod(&self, packet: &[u8], device: u32) -> Run {
+    fn sent_by_pod(&self, packet: &[u8], device: u32) -> Run {
         try_run_program(&self.pod, "v6n_from_pod", packet, device).expect("BPF_PROG_TEST_RUN")
     }
 
@@ -118,7 +118,7 @@ fn assert_only_routing_changed(sent: &[u8], out: &[u8]) {
 fn a_veth_pod_reaches_a_pod_on_the_same_node_past_the_stack() {
     let node = Node::new("pod-to-pod-veth", 0);
     let sent = tcp6(POD_A, POD_B, 64);
-    let run = node.from_pod(&sent, node.host_a);
+    let run = node.sent_by_pod(&sent, node.host_a);
     assert_eq!(run.verdict, TC_ACT_REDIRECT);
     assert_eq!(macs(&run.packet), (POD_B_MAC, HOST_B_MAC), "B's veth only takes frames to its own MAC");
     assert_eq!(hop_limit(&run.packet), 63);
@@ -130,7 +130,7 @@ fn a_veth_pod_reaches_a_pod_on_the_same_node_past_the_stack() {
 fn a_netkit_pod_reaches_a_pod_on_the_same_node_past_the_stack() {
     let node = Node::new("pod-to-pod-netkit", ENDPOINT_NETKIT as u8);
     let sent = tcp6(POD_B, POD_A, 64);
-    let run = node.from_pod(&sent, node.host_b);
+    let run = node.sent_by_pod(&sent, node.host_b);
     assert_eq!(run.verdict, TC_ACT_REDIRECT);
     assert_eq!(macs(&run.packet), (POD_A_MAC, HOST_A_MAC));
     assert_only_routing_changed(&sent, &run.packet);
@@ -140,7 +140,7 @@ fn a_netkit_pod_reaches_a_pod_on_the_same_node_past_the_stack() {
 fn traffic_leaving_the_node_goes_to_the_next_hop_the_fib_names() {
     let node = Node::new("pod-to-remote", 0);
     let sent = tcp6(POD_A, REMOTE, 64);
-    let run = node.from_pod(&sent, node.host_a);
+    let run = node.sent_by_pod(&sent, node.host_a);
     assert_eq!(run.verdict, TC_ACT_REDIRECT);
     assert_eq!(macs(&run.packet), (ROUTER_MAC, UPLINK_MAC));
     assert_only_routing_changed(&sent, &run.packet);
@@ -158,7 +158,7 @@ fn what_the_stack_must_answer_is_left_to_it_untouched() {
         ("link-local (neighbour discovery)", tcp6(POD_A, "fe80::1".parse().unwrap(), 255)),
         ("multicast", tcp6(POD_A, "ff02::1".parse().unwrap(), 1)),
     ] {
-        let run = node.from_pod(&packet, node.host_a);
+        let run = node.sent_by_pod(&packet, node.host_a);
         assert_eq!(run.verdict, TC_ACT_UNSPEC, "{what}");
         assert_eq!(run.packet, packet, "{what}: changed on the way to the stack");
     }
@@ -175,7 +175,7 @@ fn a_pod_cannot_send_from_an_address_that_is_not_its_own() {
         ("another pod's address", tcp6(POD_B, REMOTE, 64), node.host_a),
         ("its own address, through another pod's device", tcp6(POD_A, REMOTE, 64), node.host_b),
     ] {
-        assert_eq!(node.from_pod(&packet, device).verdict, TC_ACT_SHOT, "{what}");
+        assert_eq!(node.sent_by_pod(&packet, device).verdict, TC_ACT_SHOT, "{what}");
     }
     assert_eq!(node.counted(Direction::V6N_DIRECTION_FROM_POD, Reason::V6N_REASON_DROP_SPOOFED), 4);
 }
@@ -186,7 +186,7 @@ fn pods_are_ipv6_only_both_ways() {
     let builder = PacketBuilder::ethernet2(POD_A_MAC, HOST_A_MAC).ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64).udp(1, 2);
     let mut ipv4 = Vec::new();
     builder.write(&mut ipv4, b"ipv4").unwrap();
-    assert_eq!(node.from_pod(&ipv4, node.host_a).verdict, TC_ACT_SHOT);
+    assert_eq!(node.sent_by_pod(&ipv4, node.host_a).verdict, TC_ACT_SHOT);
     let to_pod = |packet: &[u8]| try_run_program(&node.pod, "v6n_to_pod", packet, node.host_a).unwrap().verdict;
     assert_eq!(to_pod(&ipv4), TC_ACT_SHOT);
     assert_eq!(to_pod(&tcp6(REMOTE, POD_A, 64)), TC_ACT_UNSPEC);

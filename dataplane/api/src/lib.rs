@@ -107,6 +107,11 @@ impl Response {
     }
 }
 
+/// A link-layer address as `ip link` prints it (what the API carries).
+pub fn format_mac(mac: &[u8]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
 /// Why a call to the agent failed.
 #[derive(Debug)]
 pub enum CallError {

@@ -63,4 +63,14 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
 	return bpf_redirect(ifindex, 0);
 }
 
+/* The counter reason for what host routing did: routed when BPF sent the
+ * packet on, passed when the stack gets it; a packet that cannot be
+ * rewritten is too short for its own headers. */
+static __always_inline enum v6n_reason v6n_routed_reason(int action)
+{
+	if (action == TC_ACT_REDIRECT)
+		return V6N_REASON_ROUTED;
+	return action == TC_ACT_UNSPEC ? V6N_REASON_PASS : V6N_REASON_DROP_MALFORMED;
+}
+
 #endif /* V6NODE_LIB_ENDPOINT_H */

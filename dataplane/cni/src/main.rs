@@ -34,7 +34,6 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// CNI error codes (SPEC.md, "Error").
 mod code {
     pub const INCOMPATIBLE_VERSION: u32 = 1;
-    pub const UNSUPPORTED_FIELD: u32 = 2;
     pub const UNKNOWN_CONTAINER: u32 = 3;
     pub const INVALID_ENVIRONMENT: u32 = 4;
     pub const IO_FAILURE: u32 = 5;
@@ -357,7 +356,7 @@ fn run(env: &Env, stdin: &[u8]) -> CniResult<Option<Value>> {
         "STATUS" => status(&conf).map(|()| None),
         "GC" => gc(&conf).map(|()| None),
         "" => Err(fail(code::INVALID_ENVIRONMENT, "CNI_COMMAND is not set", "v6node-cni is a CNI plugin, run by a container runtime")),
-        other => Err(fail(code::UNSUPPORTED_FIELD, format!("unknown CNI_COMMAND {other}"), "expected ADD, DEL, CHECK, STATUS, GC or VERSION")),
+        other => Err(fail(code::INVALID_ENVIRONMENT, format!("unknown CNI_COMMAND {other}"), "expected ADD, DEL, CHECK, STATUS, GC or VERSION")),
     }
 }
 
@@ -411,6 +410,9 @@ mod tests {
         assert_eq!(code(r#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"10.0.0.0/24"}"#), code::INVALID_CONFIG);
         assert_eq!(code(r#"{"cniVersion":"1.1.0","name":"../x","podCIDR":"fd00::/64"}"#), code::INVALID_CONFIG);
         assert_eq!(code(r#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64"}"#), code::INVALID_ENVIRONMENT);
+        let unknown = Env { command: "REPAIR".into(), container_id: "c1".into(), netns: String::new(), ifname: "eth0".into(), args: String::new() };
+        let e = run(&unknown, br#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64"}"#).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (code::INVALID_ENVIRONMENT, "unknown CNI_COMMAND REPAIR"));
         let no_id = Env { container_id: String::new(), ..env };
         let e = run(&no_id, br#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64"}"#).unwrap_err();
         assert_eq!((e.code, e.details.as_str()), (code::INVALID_ENVIRONMENT, "CNI_CONTAINERID"));

@@ -143,7 +143,7 @@ async fn mac(handle: &Handle, index: u32) -> Result<String> {
         .attributes
         .iter()
         .find_map(|a| match a {
-            LinkAttribute::Address(m) => Some(m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")),
+            LinkAttribute::Address(m) => Some(v6node_api::format_mac(m)),
             _ => None,
         })
         .unwrap_or_default())
