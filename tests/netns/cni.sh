@@ -147,7 +147,7 @@ in_pod a ping -6 -c 60 -i 0.05 -W 1 "$b" >"$work/ping.log" 2>&1 &
 ping_pid=$!
 sleep 0.5
 agent_kill9
-pass_if "with the agent killed, pod a still reaches pod b and the remote host" bash -c "nsenter --net=/run/netns/$id-a ping -6 -c 2 -i 0.2 -W 2 fd00:6e::1"
+pass_if "with the agent killed, pod a still reaches the remote host" bash -c "nsenter --net=/run/netns/$id-a ping -6 -c 2 -i 0.2 -W 2 fd00:6e::1"
 agent_start; pass_if "agent restarts" test $? = 0
 wait "$ping_pid"
 pass_if "no ping lost across the agent's restart" grep -q ' 0% packet loss' "$work/ping.log"
