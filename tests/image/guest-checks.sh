@@ -430,6 +430,31 @@ pods_check_and_del() {
         retry 5 bash -c "v6node-dataplane status --json | jq -e '.pods.endpoints | length == 1'"
 }
 
+# The node's network is a NAT64 gateway on the test host (boot-test's
+# nat64-gateway.bash) with an IPv4-only server at 192.0.2.1 behind it.
+# http_get HOST PORT PATH: HTTP/1.0 over bash's /dev/tcp (the image has no curl).
+http_get() {
+    exec 3<>"/dev/tcp/$1/$2" || return 1
+    printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$3" "$1" >&3
+    timeout 10 cat <&3 | tr -d '\r' | sed '1,/^$/d'
+    exec 3<&-
+}
+
+pod_reaches_ipv4_host_through_nat64() {
+    in_pod a ping -6 -c 3 -i 0.3 -W 3 64:ff9b::c000:201 &&
+        [[ "$(in_pod a bash -c "$(declare -f http_get); http_get 64:ff9b::c000:201 8080 /hello")" == "served over IPv4" ]]
+}
+
+pod_reaches_ipv4_host_by_name_through_dns64() {
+    local answer
+    # The pod asks the node's resolver (nss-resolve talks to it over a socket
+    # in the file system, so from any network namespace); it asks the gateway.
+    answer=$(in_pod a getent ahostsv6 ipv4only.test | awk '{ print $1; exit }')
+    echo "ipv4only.test -> $answer"
+    [[ "$answer" == 64:ff9b::c000:201 ]] &&
+        [[ "$(in_pod a bash -c "$(declare -f http_get); http_get ipv4only.test 8080 /hello")" == "served over IPv4" ]]
+}
+
 # Request/response latency over ICMP echo, netkit pair vs veth pair, both
 # routed in BPF: a measurement (under TCG, so only the ratio means anything).
 netkit_vs_veth_latency() {
@@ -504,6 +529,8 @@ pods)
     pass_if "status lists the pods: pod, device, address, mode" pods_in_status
     pass_if "pod <-> pod and pod <-> node, routed in BPF" pods_reach_each_other_and_the_node
     pass_if "BIG TCP on both ends of the pod's netkit pair" pods_have_bigtcp
+    pass_if "pod -> IPv4-only host (ping, HTTP) through the network's NAT64 gateway" pod_reaches_ipv4_host_through_nat64
+    pass_if "pod -> IPv4-only host by name: DNS64 answer, then HTTP" pod_reaches_ipv4_host_by_name_through_dns64
     pass_if "pods keep talking across an agent restart; CHECK passes" pods_survive_agent_restart
     pass_if "CHECK notices a deleted device; DEL cleans up, twice" pods_check_and_del
     pass_if "netkit vs veth pod-to-pod latency (measured under TCG)" netkit_vs_veth_latency

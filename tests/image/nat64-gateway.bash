@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: Apache-2.0
+# Sourced by boot tests (not a test itself): a NAT64 gateway for a booted
+# node, made of network namespaces on this host, with v6node's own agent as
+# the translator and unbound as DNS64. Nothing in it leaves this machine.
+#
+#   node (guest)  --tap--  $gw_ns  --veth--  $v4_ns (IPv4-only host)
+#   fd00:9::2              fd00:9::1 | 192.0.2.254    192.0.2.1
+#
+# The node's pods (fd00:10:244:7::/64, routed to the node) reach the IPv4-only
+# host as 64:ff9b::192.0.2.1; pod addresses ::0-::ff are mapped to
+# 198.51.100.0/24 (an EAM: SIIT needs an IPv4 address per IPv6 host). DNS64
+# on fd00:9::1 answers 64:ff9b::c000:201 for ipv4only.test, which only has an
+# A record on the IPv4 host's DNS server; that host serves HTTP on :8080.
+#
+# nat64_gateway_up ID OUTDIR: makes the namespaces ($gw_ns, where qemu must
+# run to reach the tap $gateway_tap) and starts the agent, unbound, dnsmasq
+# and an HTTP server; nat64_gateway_down undoes it. gateway_agent runs the
+# gateway's agent CLI (status --json, ...).
+gateway_node_address=fd00:9::2
+gateway_address=fd00:9::1
+gateway_pod_prefix=fd00:10:244:7::/64
+gateway_ipv4_host=192.0.2.1
+gateway_ipv4_host_nat64=64:ff9b::c000:201
+gateway_tap=gwtap0
+gateway_pids=()
+
+gateway_at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
+gateway_agent() { gateway_at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@"; }
+
+nat64_gateway_up() {
+    local id=$1 out=$2 caps
+    gw_ns=$id-gw v4_ns=$id-v4 gateway_out=$out
+    gateway_bin=$("$V6NODE_TOP/scripts/build-dataplane") || return 1
+    gateway_env=(V6NODE_PIN_DIR="/sys/fs/bpf/$id" V6NODE_STATE_DIR="$out/gateway-state" V6NODE_CONFIG_ROOT="$out/gateway-root")
+    mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+    for ns in "$gw_ns" "$v4_ns"; do
+        ip netns add "$ns" || return 1
+        gateway_at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0 \
+            net.ipv6.conf.default.autoconf=0
+        ip -n "$ns" link set lo up
+    done
+    ip -n "$gw_ns" tuntap add dev "$gateway_tap" mode tap
+    ip -n "$gw_ns" link add gw4 type veth peer name eth0 netns "$v4_ns"
+    ip -n "$gw_ns" address add "$gateway_address/64" dev "$gateway_tap"
+    ip -n "$gw_ns" address add 192.0.2.254/24 dev gw4
+    ip -n "$v4_ns" address add "$gateway_ipv4_host/24" dev eth0
+    ip -n "$gw_ns" link set "$gateway_tap" up
+    ip -n "$gw_ns" link set gw4 up
+    ip -n "$v4_ns" link set eth0 up
+    ip -n "$gw_ns" route add "$gateway_pod_prefix" via "$gateway_node_address"
+    ip -n "$v4_ns" route add default via 192.0.2.254
+    gateway_at "$gw_ns" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
+
+    mkdir -p "$out/gateway-root/usr/lib/v6node" "$out/www"
+    cat >"$out/gateway-root/usr/lib/v6node/dataplane.toml" <<TOML
+[attach]
+devices = ["$gateway_tap", "gw4"]
+[bigtcp]
+devices = []
+[nat64]
+devices = ["$gateway_tap", "gw4"]
+prefix = "64:ff9b::/96"
+eam = [{ ipv6 = "fd00:10:244:7::/120", ipv4 = "198.51.100.0/24" }]
+TOML
+    # The unit's capability set, as the namespace tests run the agent.
+    caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$V6NODE_TOP/units/v6node-dataplane.service" |
+        tr ' ' '\n' | sed 's/^CAP_/+/' | tr 'A-Z' 'a-z' | paste -sd,)
+    # nsenter execs each program: $! is the process itself.
+    nsenter --net="/run/netns/$gw_ns" env "${gateway_env[@]}" \
+        setpriv --bounding-set="-all,$caps" --inh-caps=-all "$gateway_bin" run >"$out/gateway-agent.log" 2>&1 &
+    gateway_pids+=($!)
+    nsenter --net="/run/netns/$v4_ns" dnsmasq --conf-file=/dev/null --keep-in-foreground --log-facility=- \
+        --pid-file= --listen-address="$gateway_ipv4_host" --bind-interfaces --no-resolv --no-hosts \
+        --local=/test/ --host-record="ipv4only.test,$gateway_ipv4_host" >"$out/gateway-dnsmasq.log" 2>&1 &
+    gateway_pids+=($!)
+    echo "served over IPv4" >"$out/www/hello"
+    nsenter --net="/run/netns/$v4_ns" python3 -m http.server 8080 --bind "$gateway_ipv4_host" \
+        --directory "$out/www" >"$out/gateway-http.log" 2>&1 &
+    gateway_pids+=($!)
+
+    local ready=
+    for _ in $(seq 100); do
+        jq -e '.ready_after_ms' "$out/gateway-state/dataplane.json" >/dev/null 2>&1 && { ready=1; break; }
+        sleep 0.1
+    done
+    [[ -n "$ready" ]] || { tail -n 20 "$out/gateway-agent.log" >&2; return 1; }
+    # unbound with the prefix file the translator's agent writes.
+    cat >"$out/gateway-unbound.conf" <<CONF
+server:
+    interface: $gateway_address
+    access-control: ::/0 allow
+    chroot: ""
+    username: ""
+    pidfile: ""
+    directory: "$out"
+    use-syslog: no
+    module-config: "dns64 iterator"
+    domain-insecure: "test."
+    # test. is one of unbound's built-in NXDOMAIN zones (RFC 6761).
+    local-zone: "test." nodefault
+    include: "$out/gateway-state/dns64.conf"
+forward-zone:
+    name: "test."
+    forward-addr: $gateway_ipv4_host
+CONF
+    nsenter --net="/run/netns/$gw_ns" unbound -d -c "$out/gateway-unbound.conf" >"$out/gateway-unbound.log" 2>&1 &
+    gateway_pids+=($!)
+}
+
+nat64_gateway_down() {
+    local pid
+    set +e # an EXIT trap: clean up all, whatever fails
+    for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${gateway_pids[@]}"; do wait "$pid" 2>/dev/null; done
+    [[ -z "${gw_ns:-}" ]] || gateway_agent detach --force >/dev/null 2>&1
+    ip netns del "$gw_ns" 2>/dev/null
+    ip netns del "$v4_ns" 2>/dev/null
+    rm -rf "/sys/fs/bpf/${gw_ns%-gw}"
+}
