@@ -1,12 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image dataplane test test-rust test-bpf test-host test-netns test-image bench clean
+.PHONY: image kubernetes dataplane test test-rust test-bpf test-host test-netns test-image test-e2e bench clean
 
-## Install what is missing (host packages, pinned mkosi) and build the image.
+## Install what is missing (host packages, pinned mkosi) and build the image
+## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
 image:
 	scripts/setup-host
 	scripts/mkosi -f build
+
+## Kubernetes binaries for the sysext, from the Go module (the image target
+## runs this too). KUBERNETES_RELEASE_URL=... takes the release binaries instead.
+kubernetes:
+	scripts/build-kubernetes $(if $(KUBERNETES_RELEASE_URL),--release $(KUBERNETES_RELEASE_URL))
 
 ## The dataplane agent alone (release build, BPF embedded).
 dataplane:
@@ -14,7 +20,7 @@ dataplane:
 	scripts/build-dataplane
 
 ## Every test tier: Rust units, host scripts, the agent in network
-## namespaces, then image build and qemu boot tests.
+## namespaces, image build and qemu boot tests, then kubeadm join end to end.
 test:
 	tests/run
 
@@ -32,6 +38,9 @@ test-host:
 
 test-image:
 	tests/run image
+
+test-e2e:
+	tests/run e2e
 
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
 ## agent against bpftool, the translator against plain forwarding and tayga,
