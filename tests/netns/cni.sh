@@ -77,12 +77,13 @@ agent_start() {
 agent_kill9() { kill -9 "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=; }
 
 # cni COMMAND POD [IFNAME] [STDIN-FILTER]: the runtime's call, config from
-# the conflist the agent wrote (its first plugin, with cniVersion and name
-# copied in, as libcni does), IPAM state kept under $work.
+# the conflist the agent wrote (its first plugin, with name and cniVersion
+# copied in, as libcni does; the highest of cniVersions, as a CNI 1.1 runtime
+# picks), IPAM state kept under $work.
 cni() {
     local command=$1 pod=$2 ifname=${3:-eth0} filter=${4:-.}
     local conf
-    conf=$(jq -c --arg data "$work/ipam" '.plugins[0] + {cniVersion, name, dataDir: $data}' "$V6NODE_CNI_CONF_DIR/10-v6node.conflist" | jq -c "$filter")
+    conf=$(jq -c --arg data "$work/ipam" '.plugins[0] + {cniVersion: (.cniVersions | max), name, dataDir: $data}' "$V6NODE_CNI_CONF_DIR/10-v6node.conflist" | jq -c "$filter")
     nsenter --net="/run/netns/$node" env -i PATH="$PATH" CNI_COMMAND="$command" CNI_CONTAINERID="ctr-$pod" \
         CNI_NETNS="/run/netns/$id-$pod" CNI_IFNAME="$ifname" CNI_PATH=/usr/lib/cni \
         CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=$pod" \
@@ -94,7 +95,7 @@ allocations() { find "$work/ipam/v6node" -maxdepth 1 -name 'fd00*' | wc -l; }
 
 agent_start; pass_if "agent starts" test $? = 0
 pass_if "the agent writes the CNI network configuration for pods.prefix" \
-    jq -e '.cniVersion == "1.1.0" and .plugins[0].type == "v6node-cni" and .plugins[0].podCIDR == "fd00:10:244:1::/64"' "$V6NODE_CNI_CONF_DIR/10-v6node.conflist"
+    jq -e '.cniVersion == "1.0.0" and .cniVersions == ["1.0.0", "1.1.0"] and .plugins[0].type == "v6node-cni" and .plugins[0].podCIDR == "fd00:10:244:1::/64"' "$V6NODE_CNI_CONF_DIR/10-v6node.conflist"
 
 version() { env -i CNI_COMMAND=VERSION "$cni_bin" <<<'{"cniVersion":"1.1.0"}' | jq -e '.supportedVersions | index("1.1.0")'; }
 pass_if "VERSION lists 1.1.0" version

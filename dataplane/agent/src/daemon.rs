@@ -380,8 +380,12 @@ impl Daemon {
             }
             return Ok(None);
         };
+        // cniVersions (CNI 1.1) lets a 1.1 runtime use STATUS and GC;
+        // cniVersion is what older runtimes read: containerd 1.7, the node's,
+        // knows results up to 1.0.0 only and refuses a 1.1.0 one.
         let conflist = serde_json::json!({
-            "cniVersion": "1.1.0",
+            "cniVersion": "1.0.0",
+            "cniVersions": ["1.0.0", "1.1.0"],
             "name": "v6node",
             "plugins": [{
                 "type": "v6node-cni",
