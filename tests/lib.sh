@@ -24,6 +24,17 @@ pass_if() {
     fi
 }
 
+# retry SECONDS COMMAND...: until the command succeeds, once a second, for
+# state that settles (a network after boot, a node joining).
+retry() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 1
+    done
+}
+
 tap_done() {
     echo "1..$tap_count"
     echo "$((tap_count - tap_failed)) passed, $tap_failed failed"

@@ -13,16 +13,6 @@ scenario=$(cat "$creds/v6node.test.scenario")
 exec >/dev/virtio-ports/org.v6node.test
 TAP_VERBOSE=1
 
-# retry SECONDS COMMAND...: for state the network settles into after boot.
-retry() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@"; do
-        ((SECONDS < deadline)) || return 1
-        sleep 1
-    done
-}
-
 uplink=$(for dev in /sys/class/net/*; do
     [[ -e "$dev/device" && "$(cat "$dev/type")" == 1 ]] && { basename "$dev"; break; }
 done)
@@ -294,7 +284,7 @@ units_hardened() {
     # that times ten. 2.0 is what a root service with only the capabilities it
     # needs can reach; the dataplane agent, loading BPF, is measured at 2.0 too.
     local unit report bad=0
-    for unit in v6node-network-credentials.service v6node-dataplane.service; do
+    for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service v6node-pod-prefix.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done
@@ -353,6 +343,18 @@ role_units_hardened() {
 # --- scenarios ----------------------------------------------------------------
 
 pass_if "system reaches running" system_running
+# Without the Kubernetes sysext and join credentials (tests/e2e has both):
+# containerd runs with v6node's configuration, the join says why it waits.
+kubernetes_ready_to_join() {
+    systemctl is-active -q containerd.service &&
+        ctr version >/dev/null &&
+        systemctl show -P ExecStart containerd.service | grep -q -- '--config /usr/lib/v6node/containerd/config.toml' &&
+        journalctl -b -u v6node-kubeadm-join.service -o cat | grep -q 'no v6node.kubeadm.\* credentials: not joining' || {
+        systemctl status --no-pager containerd.service v6node-kubeadm-join.service | tail -n 20
+        return 1
+    }
+}
+
 # --- pods on netkit (scenario pods) ------------------------------------------
 
 cni_conflist=/etc/cni/net.d/10-v6node.conflist
@@ -496,6 +498,7 @@ default)
     pass_if "sshd runs, root has no default password" ssh_without_default_password
     pass_if "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
     pass_if "v6node units are hardened (systemd-analyze security)" units_hardened
+    pass_if "containerd runs with v6node's config; no join without credentials" kubernetes_ready_to_join
     ;;
 static)
     pass_if "hostname, address, gateway, DNS from credentials" static_network_applied

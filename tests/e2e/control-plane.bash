@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+# Sourced by tests/e2e/kubeadm-join (not a test itself): a real Kubernetes
+# control plane on this host, IPv6 only, in the network namespace $gw_ns that
+# nat64-gateway.bash made (the node's uplink network), set up the way kubeadm
+# init sets one up: its own phases write the certificates, kubeconfigs,
+# static pod manifests, cluster configuration, bootstrap token and RBAC. The
+# manifests' commands run as plain processes (no registry, no container
+# runtime on this host), so token discovery, TLS bootstrap and CSR approval
+# are kubeadm's and the controller manager's own.
+#
+# Every file lives under $cp_dir; the processes see it as /etc/kubernetes
+# through a private bind mount, so this host's /etc is left alone.
+#
+# control_plane_up DIR   starts etcd, kube-apiserver, kube-controller-manager,
+#                        kube-scheduler; sets cp_token and cp_ca_hash
+# control_plane_down     stops them
+# kc ARGS...             kubectl as cluster admin
+cp_bin=$V6NODE_TOP/build/kubernetes-control-plane
+cp_api=fd00:9::1
+cp_service_subnet=fd00:10:96::/112
+cp_pids=()
+
+# cp_run COMMAND...: in the gateway's network namespace, with $cp_dir/etc
+# mounted on /etc/kubernetes (which must exist as a mount point).
+cp_run() {
+    nsenter --net="/run/netns/$gw_ns" unshare --mount --propagation private \
+        bash -c 'mount --bind "$0" /etc/kubernetes && exec "$@"' "$cp_dir/etc" "$@"
+}
+kc() { cp_run "$cp_bin/kubectl" --kubeconfig=/etc/kubernetes/admin.conf "$@"; }
+
+control_plane_up() {
+    cp_dir=$1
+    local phase name cmd
+    cp_token=$(tr -dc 'a-z0-9' </dev/urandom | head -c 6).$(tr -dc 'a-z0-9' </dev/urandom | head -c 16)
+    mkdir -p "$cp_dir/etc" "$cp_dir/etcd" /etc/kubernetes
+    cat >"$cp_dir/kubeadm.yaml" <<YAML
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: "$cp_api"
+  bindPort: 6443
+nodeRegistration:
+  name: v6node-e2e-control-plane
+  criSocket: unix:///run/containerd/containerd.sock
+bootstrapTokens:
+  - token: "$cp_token"
+    ttl: 2h
+    usages: [signing, authentication]
+    groups: ["system:bootstrappers:kubeadm:default-node-token"]
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: "$("$cp_bin/kubeadm" version -o short)"
+clusterName: v6node-e2e
+controlPlaneEndpoint: "[$cp_api]:6443"
+certificatesDir: /etc/kubernetes/pki
+networking:
+  serviceSubnet: "$cp_service_subnet"
+  podSubnet: "$gateway_pod_prefix"
+etcd:
+  local:
+    dataDir: "$cp_dir/etcd"
+apiServer:
+  extraArgs:
+    - name: bind-address
+      value: "::"
+controllerManager:
+  extraArgs:
+    # The single node gets the whole pod prefix.
+    - name: node-cidr-mask-size-ipv6
+      value: "64"
+    - name: bind-address
+      value: "::1"
+scheduler:
+  extraArgs:
+    - name: bind-address
+      value: "::1"
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+YAML
+    for phase in "certs all" "kubeconfig all" "etcd local" "control-plane all"; do
+        # shellcheck disable=SC2086 # the phase is two words
+        cp_run "$cp_bin/kubeadm" init phase $phase --config "$cp_dir/kubeadm.yaml" >>"$cp_dir/kubeadm.log" 2>&1 ||
+            { tail -n 20 "$cp_dir/kubeadm.log"; return 1; }
+    done
+    # Each static pod manifest's command line, run as a process of this host.
+    for name in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+        # The list under "- command:", one "    - arg" per line as kubeadm
+        # writes it; YAML single-quotes arguments holding ':'.
+        mapfile -t cmd < <(awk '/^  - command:$/ { on = 1; next }
+            on && /^    - / { sub(/^    - /, ""); if ($0 ~ /^\x27.*\x27$/) { $0 = substr($0, 2, length($0) - 2); gsub(/\x27\x27/, "\x27") } print; next }
+            { on = 0 }' "$cp_dir/etc/manifests/$name.yaml")
+        ((${#cmd[@]} > 1)) || { echo "no command in the $name manifest"; return 1; }
+        cmd[0]=$cp_bin/${cmd[0]}
+        # Not through cp_run: a backgrounded function is a subshell, and $!
+        # must be the process itself (nsenter, unshare and bash -c all exec).
+        nsenter --net="/run/netns/$gw_ns" unshare --mount --propagation private \
+            bash -c 'mount --bind "$0" /etc/kubernetes && exec "$@"' "$cp_dir/etc" "${cmd[@]}" >"$cp_dir/$name.log" 2>&1 &
+        cp_pids+=($!)
+        [[ $name != etcd ]] || sleep 2
+    done
+    local ready=
+    for _ in $(seq 120); do
+        kc get --raw /readyz >/dev/null 2>&1 && { ready=1; break; }
+        sleep 1
+    done
+    [[ -n "$ready" ]] || { tail -n 20 "$cp_dir/kube-apiserver.log"; return 1; }
+    # What kubeadm init does after the API server is up, minus the parts that
+    # need a kubelet on this host (mark-control-plane, kubelet-finalize) and
+    # the addons' images (kube-proxy: the node routes pods in BPF; CoreDNS).
+    for phase in "upload-config kubeadm" "upload-config kubelet" "bootstrap-token"; do
+        # shellcheck disable=SC2086
+        cp_run "$cp_bin/kubeadm" init phase $phase --config "$cp_dir/kubeadm.yaml" \
+            --kubeconfig /etc/kubernetes/admin.conf >>"$cp_dir/kubeadm.log" 2>&1 ||
+            { tail -n 20 "$cp_dir/kubeadm.log"; return 1; }
+    done
+    cp_ca_hash=sha256:$(openssl x509 -pubkey -noout -in "$cp_dir/etc/pki/ca.crt" |
+        openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1)
+}
+
+control_plane_down() {
+    local pid
+    for pid in "${cp_pids[@]}"; do kill "$pid" 2>/dev/null; done
+    # kube-apiserver drains for a while on SIGTERM; a test cluster need not.
+    local alive
+    for _ in $(seq 50); do
+        alive=0
+        for pid in "${cp_pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.2
+    done
+    for pid in "${cp_pids[@]}"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+    cp_pids=()
+    # The mount point control_plane_up made, unless something else is there.
+    rmdir /etc/kubernetes 2>/dev/null
+    return 0
+}
