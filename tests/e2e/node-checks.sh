@@ -3,7 +3,8 @@
 # Runs inside the node of tests/e2e/kubeadm-join (as v6node-test.service, see
 # tests/image/qemu.sh) and reports TAP lines on the virtio port. The node
 # booted with a wrong CA hash: checks the failed join, corrects it the way an
-# operator would (/etc/credstore), then follows the join and the pod. Powers
+# operator would (/etc/credstore), tries a wrong token the same way, then
+# follows the join with the boot's token and the pod. Powers
 # off when the host's checks are done (or after a deadline).
 set -uo pipefail
 creds=${CREDENTIALS_DIRECTORY:?}
@@ -56,9 +57,22 @@ bad_join_reported_and_undone() {
     ! journalctl -b -o cat | grep -F "$token" || { echo "the token is in the journal (above)"; return 1; }
 }
 
-corrected_join_succeeds() {
+# The right CA hash with the right token ID but a wrong secret: kubeadm
+# cannot verify the cluster-info signature and must not trust the server.
+wrong_token_refused() {
     install -d -m 0700 /etc/credstore
     install -m 0600 "$creds/v6node.test.ca-cert-hash" /etc/credstore/v6node.kubeadm.ca-cert-hash
+    (umask 077 && echo "${token%%.*}.$(echo "${token#*.}" | tr 'a-z0-9' 'b-z0-9a' | head -c 16)" >/etc/credstore/v6node.kubeadm.token)
+    systemctl restart v6node-kubeadm-join.service
+    local journal
+    journal=$(journalctl -b -u v6node-kubeadm-join.service -o cat)
+    grep 'JWS signature' <<<"$journal" | tail -n 1
+    grep -q "failed to verify JWS signature of received cluster info object" <<<"$journal" &&
+        [[ ! -e /etc/kubernetes/kubelet.conf ]] && ! systemctl is-active -q kubelet.service
+}
+
+corrected_join_succeeds() {
+    rm /etc/credstore/v6node.kubeadm.token
     systemctl restart v6node-kubeadm-join.service
     journalctl -b -u v6node-kubeadm-join.service -o cat | tail -n 30
     [[ "$(systemctl show -P Result v6node-kubeadm-join.service)" == success ]] &&
@@ -73,6 +87,13 @@ no_secret_world_readable() {
         [[ "$(stat -c '%a' "$file")" == ?00 ]] || bad=1
     done
     [[ ! -e /run/v6node-kubeadm-join ]] && return $bad
+}
+
+# kubelet's configuration (from the cluster's kubelet-config): IPv6 cluster DNS.
+kubelet_ipv6_only() {
+    sed -n '/^clusterDNS:/,/^[a-z]/p' /var/lib/kubelet/config.yaml | head -3
+    grep -A1 '^clusterDNS:' /var/lib/kubelet/config.yaml | grep -q -- '- fd00:10:96::a$' &&
+        grep -q -- '--node-ip=fd00:9::2' /var/lib/kubelet/kubeadm-flags.env
 }
 
 pod_prefix_reaches_cni() {
@@ -124,8 +145,10 @@ pass_if "the Kubernetes sysext is downloaded, checked and merged (kubeadm, kubel
 pass_if "containerd: systemd cgroups, CNI in /usr/lib/cni, the pause image present" containerd_configured
 pass_if "the test pod's image imported into containerd (no registry)" test_image_imported
 pass_if "a wrong CA hash: join fails with kubeadm's reason, undone, retried, token not logged" bad_join_reported_and_undone
-pass_if "corrected hash in /etc/credstore: the join succeeds, kubelet runs" corrected_join_succeeds
+pass_if "hash corrected in /etc/credstore, a wrong token: refused with kubeadm's reason" wrong_token_refused
+pass_if "the boot's token again: the join succeeds, kubelet runs" corrected_join_succeeds
 pass_if "no world-readable file holds the bootstrap token" no_secret_world_readable
+pass_if "kubelet: IPv6 node IP, IPv6 cluster DNS" kubelet_ipv6_only
 pass_if "the node's podCIDR reaches the dataplane and the CNI config" pod_prefix_reaches_cni
 pass_if "the pod runs on a netkit device (v6node-dataplane status)" pod_on_netkit
 pass_if "systemctl shows every piece active" operator_view
