@@ -28,7 +28,7 @@ gateway_at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 gateway_agent() { gateway_at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@"; }
 
 nat64_gateway_up() {
-    local id=$1 out=$2 caps
+    local id=$1 out=$2
     gw_ns=$id-gw v4_ns=$id-v4 gateway_out=$out
     gateway_bin=$("$V6NODE_TOP/scripts/build-dataplane") || return 1
     gateway_env=(V6NODE_PIN_DIR="/sys/fs/bpf/$id" V6NODE_STATE_DIR="$out/gateway-state" V6NODE_CONFIG_ROOT="$out/gateway-root")
@@ -62,9 +62,9 @@ devices = ["$gateway_tap", "gw4"]
 prefix = "64:ff9b::/96"
 eam = [{ ipv6 = "fd00:10:244:7::/120", ipv4 = "198.51.100.0/24" }]
 TOML
-    # The unit's capability set, as the namespace tests run the agent.
-    caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$V6NODE_TOP/units/v6node-dataplane.service" |
-        tr ' ' '\n' | sed 's/^CAP_/+/' | tr 'A-Z' 'a-z' | paste -sd,)
+    # With the unit's capability set, as the namespace tests run the agent.
+    local top=$V6NODE_TOP V6NODE_DATAPLANE=$gateway_bin bin caps
+    . "$V6NODE_TOP/tests/netns/agent.bash"
     # nsenter execs each program: $! is the process itself.
     nsenter --net="/run/netns/$gw_ns" env "${gateway_env[@]}" \
         setpriv --bounding-set="-all,$caps" --inh-caps=-all "$gateway_bin" run >"$out/gateway-agent.log" 2>&1 &
