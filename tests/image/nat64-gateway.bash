@@ -20,7 +20,6 @@ gateway_node_address=fd00:9::2
 gateway_address=fd00:9::1
 gateway_pod_prefix=fd00:10:244:7::/64
 gateway_ipv4_host=192.0.2.1
-gateway_ipv4_host_nat64=64:ff9b::c000:201
 gateway_tap=gwtap0
 gateway_pids=()
 
@@ -29,7 +28,7 @@ gateway_agent() { gateway_at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@
 
 nat64_gateway_up() {
     local id=$1 out=$2
-    gw_ns=$id-gw v4_ns=$id-v4 gateway_out=$out
+    gw_ns=$id-gw v4_ns=$id-v4
     gateway_bin=$("$V6NODE_TOP/scripts/build-dataplane") || return 1
     gateway_env=(V6NODE_PIN_DIR="/sys/fs/bpf/$id" V6NODE_STATE_DIR="$out/gateway-state" V6NODE_CONFIG_ROOT="$out/gateway-root")
     mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
