@@ -8,12 +8,11 @@ mod generated {
 }
 
 pub use generated::{
-    v6n_counter_key as CounterKey, v6n_counter_value as CounterValue,
-    v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_eam_value as EamValue,
-    v6n_endpoint_key as EndpointKey, v6n_endpoint_value as EndpointValue,
-    v6n_lpm4_key as Lpm4Key, v6n_lpm6_key as Lpm6Key, v6n_nat64_config as Nat64Config,
-    v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX, V6N_DENY_SRC_MAX as DENY_SRC_MAX,
-    V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX, V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT,
+    v6n_counter_key as CounterKey, v6n_counter_value as CounterValue, v6n_deny_value as DenyValue, v6n_direction as Direction,
+    v6n_eam_value as EamValue, v6n_endpoint_key as EndpointKey, v6n_endpoint_value as EndpointValue, v6n_lpm4_key as Lpm4Key,
+    v6n_lpm6_key as Lpm6Key, v6n_nat64_config as Nat64Config, v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX,
+    V6N_DENY_SRC_MAX as DENY_SRC_MAX, V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX,
+    V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit

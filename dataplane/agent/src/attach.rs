@@ -21,9 +21,8 @@ use anyhow::{bail, Context, Result};
 use aya::{
     programs::{
         links::{FdLink, LinkOrder, PinnedLink},
-        ProgramInfo,
         tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
-        Link, SchedClassifier, TcAttachType,
+        Link, ProgramInfo, SchedClassifier, TcAttachType,
     },
     util::KernelVersion,
     Ebpf,
@@ -126,7 +125,6 @@ impl Direction {
             _ => CLSACT_PRIORITY,
         }
     }
-
 }
 
 /// The BPF objects, each loaded on first use.
@@ -282,7 +280,10 @@ enum PinnedState {
     Missing,
     /// The pin outlived its attachment (device deleted or renamed).
     Stale,
-    Attached { link_id: u32, program_id: u32 },
+    Attached {
+        link_id: u32,
+        program_id: u32,
+    },
 }
 
 fn inspect_pin(pin: &Path, ifindex: Option<u32>) -> Result<PinnedState> {
@@ -335,8 +336,7 @@ impl Attacher {
     fn ebpf(&mut self, direction: Direction) -> Result<&mut Ebpf> {
         let object = direction.object();
         if !self.loaded.contains_key(&object) {
-            fs::create_dir_all(&self.paths.pin_dir)
-                .with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
+            fs::create_dir_all(&self.paths.pin_dir).with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
             let mut ebpf = object.load(&self.paths.pin_dir)?;
             for d in object.directions() {
                 let name = d.program();
@@ -369,7 +369,9 @@ impl Attacher {
             });
             let result = match (mode, known) {
                 (Mode::Tcx | Mode::Netkit, _) => self.attach_link(device, ifindex, direction, mode, known.is_some()),
-                (Mode::Clsact, Some(known)) => Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None }),
+                (Mode::Clsact, Some(known)) => {
+                    Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None })
+                }
                 (Mode::Clsact, None) => self.attach_clsact(device, direction),
             };
             let (outcome, error) = match result {
@@ -401,14 +403,7 @@ impl Attacher {
 
     /// A tcx or netkit link, pinned: adopted when a previous agent left the
     /// same program attached, updated in place when another build is.
-    fn attach_link(
-        &mut self,
-        device: &str,
-        ifindex: u32,
-        direction: Direction,
-        mode: Mode,
-        known: bool,
-    ) -> Result<Outcome> {
+    fn attach_link(&mut self, device: &str, ifindex: u32, direction: Direction, mode: Mode, known: bool) -> Result<Outcome> {
         let pin = link_pin(&self.paths, device, direction);
         let program_pin = program_pin(&self.paths, device, direction);
         match inspect_pin(&pin, Some(ifindex))? {
@@ -476,7 +471,13 @@ impl Attacher {
             Err(_) => {
                 // Our filter is there from a previous agent: cls_bpf swaps the
                 // program of an existing filter atomically.
-                let existing = SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
+                let existing = SchedClassifierLink::attached(
+                    device,
+                    direction.tc(),
+                    direction.clsact_priority(),
+                    TcHandle::from(CLSACT_HANDLE),
+                    None,
+                )?;
                 (Action::Replaced, program.attach_to_link(existing)?)
             }
         };
@@ -521,7 +522,8 @@ fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
 }
 
 fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
-    let link = SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
+    let link =
+        SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
     link.detach().map_err(anyhow::Error::from)
 }
 

@@ -51,14 +51,7 @@ fn sizes(message: &LinkMessage) -> (Sizes, Option<u32>) {
 }
 
 async fn get(handle: &Handle, ifindex: u32) -> Result<LinkMessage> {
-    handle
-        .link()
-        .get()
-        .match_index(ifindex)
-        .execute()
-        .try_next()
-        .await?
-        .ok_or_else(|| anyhow!("device {ifindex} vanished"))
+    handle.link().get().match_index(ifindex).execute().try_next().await?.ok_or_else(|| anyhow!("device {ifindex} vanished"))
 }
 
 /// Sets every size that differs from the target and reads back the result.
@@ -109,12 +102,7 @@ async fn apply_inner(handle: &Handle, report: &mut Report) -> Result<()> {
         for attribute in attributes {
             builder = builder.append_extra_attribute(attribute);
         }
-        handle
-            .link()
-            .set(builder.build())
-            .execute()
-            .await
-            .with_context(|| format!("setting GSO/GRO sizes to {target}"))?;
+        handle.link().set(builder.build()).execute().await.with_context(|| format!("setting GSO/GRO sizes to {target}"))?;
         report.changed = true;
     }
     // Read back what the kernel kept, only if something was asked of it.

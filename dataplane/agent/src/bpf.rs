@@ -61,10 +61,8 @@ fn load(pin_dir: &Path, what: &str, embedded: &'static [u8], override_var: &str,
         .load(&bytes)
         .with_context(|| format!("loading the {what} BPF object"))?;
     for &name in programs {
-        let program: &mut SchedClassifier = ebpf
-            .program_mut(name)
-            .with_context(|| format!("BPF object has no program {name}"))?
-            .try_into()?;
+        let program: &mut SchedClassifier =
+            ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))?.try_into()?;
         load_retrying(program).with_context(|| format!("verifier rejected {name}"))?;
     }
     Ok(ebpf)
@@ -87,8 +85,5 @@ fn load_retrying(program: &mut SchedClassifier) -> Result<(), aya::programs::Pro
 }
 
 pub fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {
-    Ok(ebpf
-        .program_mut(name)
-        .with_context(|| format!("BPF object has no program {name}"))?
-        .try_into()?)
+    Ok(ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))?.try_into()?)
 }

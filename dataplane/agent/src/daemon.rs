@@ -76,11 +76,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     check_bpffs(&paths)?;
 
     let (mut connection, netlink, mut events) = rtnetlink::new_connection().context("opening rtnetlink")?;
-    connection
-        .socket_mut()
-        .socket_mut()
-        .bind(&SocketAddr::new(0, RTMGRP_LINK))
-        .context("subscribing to device events")?;
+    connection.socket_mut().socket_mut().bind(&SocketAddr::new(0, RTMGRP_LINK)).context("subscribing to device events")?;
     tokio::spawn(connection);
 
     let mut attacher = Attacher::new(paths.clone());
@@ -118,8 +114,8 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
     resync.tick().await;
     let mut watchdog_usec = 0;
-    let mut watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec)
-        .then(|| interval(Duration::from_micros(watchdog_usec / 2)));
+    let mut watchdog =
+        sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
     let mut settle_at: Option<TokioInstant> = None;
 
     loop {
@@ -176,10 +172,7 @@ fn check_bpffs(paths: &Paths) -> Result<()> {
         return Err(std::io::Error::last_os_error()).with_context(|| format!("statfs {}", dir.display()));
     }
     if fs.f_type as i64 != BPF_FS_MAGIC {
-        bail!(
-            "{} is not on a bpffs (mount one: mount -t bpf bpf /sys/fs/bpf)",
-            paths.pin_dir.display()
-        );
+        bail!("{} is not on a bpffs (mount one: mount -t bpf bpf /sys/fs/bpf)", paths.pin_dir.display());
     }
     Ok(())
 }
@@ -253,10 +246,7 @@ impl Daemon {
 
     /// The devices present now whose names match one of `patterns`.
     fn wanted(patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
-        Ok(attach::devices()?
-            .into_iter()
-            .filter(|(name, _)| patterns.iter().any(|p| p.matches(name)))
-            .collect())
+        Ok(attach::devices()?.into_iter().filter(|(name, _)| patterns.iter().any(|p| p.matches(name))).collect())
     }
 
     /// Host programs on attach.devices, the translator on nat64.devices,
@@ -296,7 +286,8 @@ impl Daemon {
     /// Answers one endpoint API request from v6node-cni.
     async fn serve(&mut self, mut stream: UnixStream) {
         let mut body = Vec::new();
-        let read = tokio::time::timeout(REQUEST_TIMEOUT, (&mut stream).take(v6node_api::MAX_MESSAGE).read_to_end(&mut body)).await;
+        let read =
+            tokio::time::timeout(REQUEST_TIMEOUT, (&mut stream).take(v6node_api::MAX_MESSAGE).read_to_end(&mut body)).await;
         let response = match read {
             Err(_) => v6node_api::Response::error("timed out reading the request"),
             Ok(Err(e)) => v6node_api::Response::error(format!("reading the request: {e}")),
@@ -351,7 +342,12 @@ impl Daemon {
             Request::Del { container_id, ifname } => match self.endpoints.del(&self.paths, &container_id, &ifname) {
                 Ok(removed) => {
                     if let Some(old) = &removed {
-                        log::info!("pod {} deleted: {} on {}", old.endpoint.pod.as_deref().unwrap_or(&container_id), old.endpoint.address, old.endpoint.host_device);
+                        log::info!(
+                            "pod {} deleted: {} on {}",
+                            old.endpoint.pod.as_deref().unwrap_or(&container_id),
+                            old.endpoint.address,
+                            old.endpoint.host_device
+                        );
                         self.endpoints_changed().await;
                     }
                     Response::ok(removed.into_iter().collect())
@@ -417,7 +413,11 @@ impl Daemon {
         let deny = tables::sync_deny(&self.paths.pin_dir, &config.filter.deny_sources)?;
         log::info!(
             "deny table: {} entries ({} added, {} changed, {} removed in {} µs)",
-            deny.entries, deny.inserted, deny.updated, deny.removed, deny.write_micros
+            deny.entries,
+            deny.inserted,
+            deny.updated,
+            deny.removed,
+            deny.write_micros
         );
         let nat64 = if config.nat64.devices.is_empty() {
             None
@@ -426,7 +426,12 @@ impl Daemon {
             let stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64)?;
             log::info!(
                 "NAT64 prefix {}, {} EAM(s) ({} added, {} changed, {} removed in {} µs)",
-                stats.prefix, stats.eam.entries, stats.eam.inserted, stats.eam.updated, stats.eam.removed, stats.eam.write_micros
+                stats.prefix,
+                stats.eam.entries,
+                stats.eam.inserted,
+                stats.eam.updated,
+                stats.eam.removed,
+                stats.eam.write_micros
             );
             Some(stats)
         };

@@ -4,13 +4,7 @@
 //! routing), and a record in `<state_dir>/endpoints.json`, from which a
 //! restarted agent knows which pinned links are pods'.
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    io::ErrorKind,
-    net::Ipv6Addr,
-    path::Path,
-};
+use std::{collections::BTreeMap, fs, io::ErrorKind, net::Ipv6Addr, path::Path};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
@@ -93,10 +87,7 @@ impl Endpoints {
             Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
         };
-        let records = list
-            .into_iter()
-            .map(|s| ((s.endpoint.container_id.clone(), s.endpoint.ifname.clone()), s))
-            .collect();
+        let records = list.into_iter().map(|s| ((s.endpoint.container_id.clone(), s.endpoint.ifname.clone()), s)).collect();
         Ok(Endpoints { records })
     }
 
@@ -181,12 +172,7 @@ impl Endpoints {
     /// agent needs, makes the map agree with the records.
     pub fn prune(&mut self, paths: &Paths) -> Result<Vec<EndpointState>> {
         let devices = attach::devices()?;
-        let gone: Vec<_> = self
-            .records
-            .iter()
-            .filter(|(_, s)| !device_present(&devices, s))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let gone: Vec<_> = self.records.iter().filter(|(_, s)| !device_present(&devices, s)).map(|(id, _)| id.clone()).collect();
         let mut removed = Vec::new();
         for (container_id, ifname) in gone {
             if let Some(old) = self.del(paths, &container_id, &ifname)? {

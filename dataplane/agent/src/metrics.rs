@@ -29,7 +29,11 @@ pub fn render(paths: &Paths, state: &State) -> String {
     let mut out = String::new();
     let rows = counters::read(&paths.pin_dir).unwrap_or_default();
     for (name, help, pick) in [
-        ("v6node_dataplane_packets_total", "Packets seen by v6node's programs, by device, direction and reason (pass or a drop reason).", 0),
+        (
+            "v6node_dataplane_packets_total",
+            "Packets seen by v6node's programs, by device, direction and reason (pass or a drop reason).",
+            0,
+        ),
         ("v6node_dataplane_bytes_total", "Bytes seen by v6node's programs, by device, direction and reason.", 1),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -48,10 +52,22 @@ pub fn render(paths: &Paths, state: &State) -> String {
     let reload_ok = state.last_reload.as_ref().is_none_or(|r| r.ok);
     let gauges = [
         ("v6node_dataplane_config_generation", "Configurations applied since the agent started.", state.generation as f64),
-        ("v6node_dataplane_last_reload_success", "1 if the last reload was applied, 0 if it was refused.", f64::from(u8::from(reload_ok))),
+        (
+            "v6node_dataplane_last_reload_success",
+            "1 if the last reload was applied, 0 if it was refused.",
+            f64::from(u8::from(reload_ok)),
+        ),
         ("v6node_dataplane_attachments", "Device and direction pairs with a v6node program attached.", attached as f64),
-        ("v6node_dataplane_deny_sources", "Prefixes in the source deny table.", state.deny_sources.as_ref().map_or(0.0, |d| d.entries as f64)),
-        ("v6node_dataplane_nat64_eam_entries", "Explicit address mappings in the translator's tables.", state.nat64.as_ref().map_or(0.0, |n| n.eam.entries as f64)),
+        (
+            "v6node_dataplane_deny_sources",
+            "Prefixes in the source deny table.",
+            state.deny_sources.as_ref().map_or(0.0, |d| d.entries as f64),
+        ),
+        (
+            "v6node_dataplane_nat64_eam_entries",
+            "Explicit address mappings in the translator's tables.",
+            state.nat64.as_ref().map_or(0.0, |n| n.eam.entries as f64),
+        ),
     ];
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
@@ -133,9 +149,12 @@ mod tests {
 
     #[test]
     fn every_family_has_help_and_type_even_with_no_counters() {
-        let paths = Paths { pin_dir: "/nonexistent".into(), state_dir: "/s".into(), config_root: "/".into(), cni_conf_dir: "/c".into() };
+        let paths =
+            Paths { pin_dir: "/nonexistent".into(), state_dir: "/s".into(), config_root: "/".into(), cni_conf_dir: "/c".into() };
         let text = render(&paths, &State::default());
-        for family in ["v6node_dataplane_packets_total", "v6node_dataplane_config_generation", "v6node_dataplane_last_reload_success"] {
+        for family in
+            ["v6node_dataplane_packets_total", "v6node_dataplane_config_generation", "v6node_dataplane_last_reload_success"]
+        {
             assert!(text.contains(&format!("# TYPE {family} ")), "{family} in\n{text}");
         }
         assert!(text.contains("v6node_dataplane_last_reload_success 1\n"));

@@ -13,7 +13,13 @@ use std::{
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::{attach::Attachment, attach::Mode, bigtcp, paths::Paths, tables::{Nat64Stats, SyncStats}};
+use crate::{
+    attach::Attachment,
+    attach::Mode,
+    bigtcp,
+    paths::Paths,
+    tables::{Nat64Stats, SyncStats},
+};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct State {

@@ -157,7 +157,12 @@ fn human(status: &Status) -> String {
             Some(e) => writeln!(out, "last reload: REFUSED, running config unchanged: {e}"),
         };
     }
-    let _ = writeln!(out, "pins:        {} (mode {})", status.pin_dir.display(), opt(status.mode.map(|m| format!("{m:?}").to_lowercase())));
+    let _ = writeln!(
+        out,
+        "pins:        {} (mode {})",
+        status.pin_dir.display(),
+        opt(status.mode.map(|m| format!("{m:?}").to_lowercase()))
+    );
 
     let _ = writeln!(out, "\nattached programs:");
     let rows: Vec<Vec<String>> = status

@@ -92,7 +92,9 @@ fn ipv6_ethertype_with_another_ip_version_is_malformed_both_ways() {
     let host = Host::load("version");
     let mut packet = udp6(PEER, NODE);
     packet[14] = (4 << 4) | (packet[14] & 0x0f);
-    for (program, direction) in [("v6n_from_dev", Direction::V6N_DIRECTION_INGRESS), ("v6n_to_dev", Direction::V6N_DIRECTION_EGRESS)] {
+    for (program, direction) in
+        [("v6n_from_dev", Direction::V6N_DIRECTION_INGRESS), ("v6n_to_dev", Direction::V6N_DIRECTION_EGRESS)]
+    {
         assert_eq!(host.run(program, &packet), TC_ACT_SHOT, "{program}");
         assert_eq!(host.counted(direction, Reason::V6N_REASON_DROP_MALFORMED), (1, packet.len() as u64), "{program}");
         assert_eq!(host.counted(direction, Reason::V6N_REASON_PASS).0, 0, "{program}");

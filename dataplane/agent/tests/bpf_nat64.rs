@@ -175,13 +175,22 @@ fn traffic_outside_the_mapping_passes_untouched_and_uncounted() {
     let other6 = ethernet(ETH_IPV6, &ipv6(V6_HOST, "2001:db8:99::1".parse().unwrap(), 64, 17, &udp(1, 2, b"x"), Some(6)));
     let ns = ethernet(
         ETH_IPV6,
-        &ipv6("fe80::2".parse().unwrap(), "ff02::1:ff00:1".parse().unwrap(), 255, 58, &icmp(135, 0, [0; 4], &V6_GW.octets()), Some(2)),
+        &ipv6(
+            "fe80::2".parse().unwrap(),
+            "ff02::1:ff00:1".parse().unwrap(),
+            255,
+            58,
+            &icmp(135, 0, [0; 4], &V6_GW.octets()),
+            Some(2),
+        ),
     );
     let other4 = ethernet(ETH_IPV4, &ipv4(V4_HOST, Ipv4Addr::new(192, 0, 2, 99), 64, 17, 0, &udp(1, 2, b"x"), Some(6)));
     let mut arp = vec![0xff; 6];
     arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
     arp.extend_from_slice(&[0; 28]);
-    for (what, packet, ifindex) in [("IPv6", &other6, net.v6), ("NDP", &ns, net.v6), ("IPv4", &other4, net.v4), ("ARP", &arp, net.v4)] {
+    for (what, packet, ifindex) in
+        [("IPv6", &other6, net.v6), ("NDP", &ns, net.v6), ("IPv4", &other4, net.v4), ("ARP", &arp, net.v4)]
+    {
         let run = xlat.run(packet, ifindex);
         assert_eq!(run.verdict, TC_ACT_UNSPEC, "{what}");
         assert_eq!(&run.packet, packet, "{what} untouched");
@@ -297,10 +306,10 @@ fn icmpv6_errors_become_icmp_errors_with_the_quoted_packet_translated() {
     let xlat = Xlat::load("icmp6err");
     let cases: [IcmpCase; 5] = [
         (2, 0, 1400u32.to_be_bytes(), 3, 4, [0, 0, 0x05, 0x64]), // PTB 1400 -> Frag Needed 1380
-        (1, 4, [0; 4], 3, 3, [0; 4]),                           // port unreachable
-        (1, 1, [0; 4], 3, 10, [0; 4]),                          // administratively prohibited
-        (3, 0, [0; 4], 11, 0, [0; 4]),                          // hop limit exceeded
-        (4, 0, 7u32.to_be_bytes(), 12, 0, [8, 0, 0, 0]),        // pointer at hop limit -> at TTL
+        (1, 4, [0; 4], 3, 3, [0; 4]),                            // port unreachable
+        (1, 1, [0; 4], 3, 10, [0; 4]),                           // administratively prohibited
+        (3, 0, [0; 4], 11, 0, [0; 4]),                           // hop limit exceeded
+        (4, 0, 7u32.to_be_bytes(), 12, 0, [8, 0, 0, 0]),         // pointer at hop limit -> at TTL
     ];
     for (kind6, code6, rest6, kind4, code4, rest4) in cases {
         let run = xlat.run(&icmp6_error_about_udp(kind6, code6, rest6), net.v6);
@@ -326,9 +335,9 @@ fn icmp_errors_become_icmpv6_errors_with_the_quoted_packet_translated() {
     let inner = ipv4(V6_HOST_AS_V4, V4_HOST, 63, 17, 0x4000, &udp(9, 5353, b"quoted datagram"), Some(6));
     let cases: [IcmpCase; 4] = [
         (3, 4, [0, 0, 0x05, 0x14], 2, 0, 1320u32.to_be_bytes()), // Frag Needed 1300 -> PTB 1320
-        (3, 3, [0; 4], 1, 4, [0; 4]),                           // port unreachable
-        (11, 0, [0; 4], 3, 0, [0; 4]),                          // TTL exceeded
-        (3, 2, [0; 4], 4, 1, 6u32.to_be_bytes()),               // protocol unreachable -> pointer at next header
+        (3, 3, [0; 4], 1, 4, [0; 4]),                            // port unreachable
+        (11, 0, [0; 4], 3, 0, [0; 4]),                           // TTL exceeded
+        (3, 2, [0; 4], 4, 1, 6u32.to_be_bytes()),                // protocol unreachable -> pointer at next header
     ];
     for (kind4, code4, rest4, kind6, code6, rest6) in cases {
         let packet = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 1, 0, &icmp(kind4, code4, rest4, &inner), Some(2)));

@@ -151,7 +151,8 @@ fn transport_checksum_ok(frame: &[u8]) -> Option<bool> {
         ETH_IPV4 => {
             let ihl = usize::from(*l3.first()? & 0xf) * 4;
             let total = usize::from(u16::from_be_bytes([*l3.get(2)?, *l3.get(3)?]));
-            if l3[0] >> 4 != 4 || ihl < 20 || total < ihl || total > l3.len() || u16::from_be_bytes([l3[6], l3[7]]) & 0x3fff != 0 {
+            if l3[0] >> 4 != 4 || ihl < 20 || total < ihl || total > l3.len() || u16::from_be_bytes([l3[6], l3[7]]) & 0x3fff != 0
+            {
                 return None;
             }
             let payload = &l3[ihl..total];

@@ -15,9 +15,7 @@ use aya::{
     maps::{HashMap, MapData},
     Ebpf,
 };
-use common::{
-    counted, ifindex, ip, load_object, try_run_program, PinDir, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
-};
+use common::{counted, ifindex, ip, load_object, try_run_program, PinDir, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC};
 use etherparse::PacketBuilder;
 use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, ENDPOINT_NETKIT};
 
@@ -91,7 +89,8 @@ fn mac_str(mac: [u8; 6]) -> String {
 }
 
 fn tcp6(src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2(POD_A_MAC, HOST_A_MAC).ipv6(src.octets(), dst.octets(), hop_limit).tcp(40000, 8080, 1, 65535);
+    let builder =
+        PacketBuilder::ethernet2(POD_A_MAC, HOST_A_MAC).ipv6(src.octets(), dst.octets(), hop_limit).tcp(40000, 8080, 1, 65535);
     let mut packet = Vec::new();
     builder.write(&mut packet, b"v6node pod").unwrap();
     packet

@@ -53,7 +53,12 @@ impl Ipam {
     fn lock(&self) -> Result<Lock> {
         fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
         let path = self.dir.join("lock");
-        let file = File::options().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
         // SAFETY: flock on a descriptor we own; blocks until the holder is done.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {}", path.display()));

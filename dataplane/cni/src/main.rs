@@ -94,7 +94,9 @@ impl NetConf {
     }
 
     fn prefix(&self) -> CniResult<Ipv6Net> {
-        let text = self.pod_cidr.as_deref().ok_or_else(|| fail(code::INVALID_CONFIG, "podCIDR is missing", "the network configuration must name the node's IPv6 pod prefix"))?;
+        let text = self.pod_cidr.as_deref().ok_or_else(|| {
+            fail(code::INVALID_CONFIG, "podCIDR is missing", "the network configuration must name the node's IPv6 pod prefix")
+        })?;
         let net: Ipv6Net = text.parse().map_err(|_| fail(code::INVALID_CONFIG, "podCIDR is not an IPv6 prefix", text))?;
         if net.prefix_len() > 120 {
             return Err(fail(code::INVALID_CONFIG, "podCIDR is too small", format!("{net}: use /120 or shorter")));
@@ -155,7 +157,11 @@ impl Env {
             return Err(fail(code::INVALID_ENVIRONMENT, "CNI_IFNAME is not a valid interface name", &self.ifname));
         }
         if !self.container_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(fail(code::INVALID_ENVIRONMENT, "CNI_CONTAINERID has characters other than letters, digits, - _ .", &self.container_id));
+            return Err(fail(
+                code::INVALID_ENVIRONMENT,
+                "CNI_CONTAINERID has characters other than letters, digits, - _ .",
+                &self.container_id,
+            ));
         }
         Ok(())
     }
@@ -207,12 +213,18 @@ fn add(env: &Env, conf: &NetConf) -> CniResult<Value> {
     // Undo everything on any failure below: a half-made pod is worse than none.
     let undo = |agent: bool| {
         if agent {
-            let _ = v6node_api::call(&conf.socket(), &Request::Del { container_id: env.container_id.clone(), ifname: env.ifname.clone() }, AGENT_TIMEOUT);
+            let _ = v6node_api::call(
+                &conf.socket(),
+                &Request::Del { container_id: env.container_id.clone(), ifname: env.ifname.clone() },
+                AGENT_TIMEOUT,
+            );
         }
         let _ = net::delete_pair(&host);
         let _ = ipam.release(&env.container_id, &env.ifname);
     };
-    let device = net::create_pair(&host, &peer, &conf.device).map_err(io("creating the pod's device pair")).inspect_err(|_| undo(false))?;
+    let device = net::create_pair(&host, &peer, &conf.device)
+        .map_err(io("creating the pod's device pair"))
+        .inspect_err(|_| undo(false))?;
     let endpoint = Endpoint {
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
@@ -223,9 +235,18 @@ fn add(env: &Env, conf: &NetConf) -> CniResult<Value> {
         host_device: host.clone(),
         peer_device: peer.clone(),
     };
-    let routed = v6node_api::call(&conf.socket(), &Request::Add(endpoint), AGENT_TIMEOUT).map_err(agent_error).inspect_err(|_| undo(true))?;
-    let state = routed.endpoints.into_iter().next().ok_or_else(|| fail(code::IO_FAILURE, "the agent's answer lacks the endpoint", "")).inspect_err(|_| undo(true))?;
-    let pod_mac = net::configure(&host, &peer, netns, &env.ifname, address, device).map_err(io("configuring the pod's device")).inspect_err(|_| undo(true))?;
+    let routed = v6node_api::call(&conf.socket(), &Request::Add(endpoint), AGENT_TIMEOUT)
+        .map_err(agent_error)
+        .inspect_err(|_| undo(true))?;
+    let state = routed
+        .endpoints
+        .into_iter()
+        .next()
+        .ok_or_else(|| fail(code::IO_FAILURE, "the agent's answer lacks the endpoint", ""))
+        .inspect_err(|_| undo(true))?;
+    let pod_mac = net::configure(&host, &peer, netns, &env.ifname, address, device)
+        .map_err(io("configuring the pod's device"))
+        .inspect_err(|_| undo(true))?;
     Ok(result(conf, env, &state.host_mac, &pod_mac, address))
 }
 
@@ -250,7 +271,11 @@ fn del(env: &Env, conf: &NetConf) -> CniResult<()> {
     // DEL must clean up whatever exists, even with a netns already gone.
     env.require(false)?;
     let (host, _) = device_names(&env.container_id, &env.ifname);
-    match v6node_api::call(&conf.socket(), &Request::Del { container_id: env.container_id.clone(), ifname: env.ifname.clone() }, AGENT_TIMEOUT) {
+    match v6node_api::call(
+        &conf.socket(),
+        &Request::Del { container_id: env.container_id.clone(), ifname: env.ifname.clone() },
+        AGENT_TIMEOUT,
+    ) {
         // A stopped agent forgets the endpoint itself once the device is gone.
         Ok(_) | Err(CallError::Unavailable(_)) => {}
         Err(e) => return Err(agent_error(e)),
@@ -259,7 +284,8 @@ fn del(env: &Env, conf: &NetConf) -> CniResult<()> {
     // Without podCIDR (a config already removed) the directory still names the network.
     let data_dir = conf.data_dir.clone().unwrap_or_else(|| DEFAULT_DATA_DIR.into());
     let ipam = Ipam::new(&data_dir, &conf.name, conf.prefix().unwrap_or_else(|_| "::/128".parse().unwrap()));
-    ipam.release(&env.container_id, &env.ifname).map_err(|e| fail(code::IO_FAILURE, "releasing the pod's address", format!("{e:#}")))?;
+    ipam.release(&env.container_id, &env.ifname)
+        .map_err(|e| fail(code::IO_FAILURE, "releasing the pod's address", format!("{e:#}")))?;
     Ok(())
 }
 
@@ -267,10 +293,13 @@ fn check(env: &Env, conf: &NetConf) -> CniResult<()> {
     env.require(true)?;
     let ipam = conf.ipam()?;
     let io = |e: anyhow::Error| fail(code::IO_FAILURE, "reading address allocations", format!("{e:#}"));
-    let allocation = ipam
-        .find(&env.container_id, &env.ifname)
-        .map_err(io)?
-        .ok_or_else(|| fail(code::UNKNOWN_CONTAINER, "no address allocated to this container and interface", format!("{} {}", env.container_id, env.ifname)))?;
+    let allocation = ipam.find(&env.container_id, &env.ifname).map_err(io)?.ok_or_else(|| {
+        fail(
+            code::UNKNOWN_CONTAINER,
+            "no address allocated to this container and interface",
+            format!("{} {}", env.container_id, env.ifname),
+        )
+    })?;
     if let Some(prev) = &conf.prev_result {
         let expected = format!("{}/128", allocation.address);
         let listed = prev["ips"].as_array().is_some_and(|ips| ips.iter().any(|ip| ip["address"] == expected.as_str()));
@@ -279,9 +308,12 @@ fn check(env: &Env, conf: &NetConf) -> CniResult<()> {
         }
     }
     let (host, _) = device_names(&env.container_id, &env.ifname);
-    net::check(&host, Path::new(&env.netns), &env.ifname, allocation.address).map_err(|e| fail(code::NOT_AS_ADDED, "the pod's network is not as ADD left it", format!("{e:#}")))?;
+    net::check(&host, Path::new(&env.netns), &env.ifname, allocation.address)
+        .map_err(|e| fail(code::NOT_AS_ADDED, "the pod's network is not as ADD left it", format!("{e:#}")))?;
     let listed = v6node_api::call(&conf.socket(), &Request::List, AGENT_TIMEOUT).map_err(agent_error)?;
-    if !listed.endpoints.iter().any(|s| s.endpoint.container_id == env.container_id && s.endpoint.ifname == env.ifname && s.endpoint.address == allocation.address) {
+    if !listed.endpoints.iter().any(|s| {
+        s.endpoint.container_id == env.container_id && s.endpoint.ifname == env.ifname && s.endpoint.address == allocation.address
+    }) {
         return Err(fail(code::NOT_AS_ADDED, "the dataplane agent does not route this pod", allocation.address));
     }
     Ok(())
@@ -297,10 +329,9 @@ fn status(conf: &NetConf) -> CniResult<()> {
 
 /// Releases everything of this network not in cni.dev/valid-attachments.
 fn gc(conf: &NetConf) -> CniResult<()> {
-    let valid = conf
-        .valid_attachments
-        .as_ref()
-        .ok_or_else(|| fail(code::INVALID_CONFIG, "cni.dev/valid-attachments is missing", "GC needs the list of attachments to keep"))?;
+    let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
+        fail(code::INVALID_CONFIG, "cni.dev/valid-attachments is missing", "GC needs the list of attachments to keep")
+    })?;
     let keep: BTreeSet<(&str, &str)> = valid.iter().map(|a| (a.container_id.as_str(), a.ifname.as_str())).collect();
     let ipam = conf.ipam()?;
     let io = |e: anyhow::Error| fail(code::IO_FAILURE, "garbage collection", format!("{e:#}"));
@@ -336,9 +367,14 @@ fn version_info(requested: Option<&str>) -> Value {
 }
 
 fn parse_conf(stdin: &[u8]) -> CniResult<NetConf> {
-    let conf: NetConf = serde_json::from_slice(stdin).map_err(|e| fail(code::DECODE_FAILURE, "cannot decode the network configuration", e))?;
+    let conf: NetConf =
+        serde_json::from_slice(stdin).map_err(|e| fail(code::DECODE_FAILURE, "cannot decode the network configuration", e))?;
     if !SUPPORTED_VERSIONS.contains(&conf.cni_version.as_str()) {
-        return Err(fail(code::INCOMPATIBLE_VERSION, format!("cniVersion {} is not supported", conf.cni_version), SUPPORTED_VERSIONS.join(", ")));
+        return Err(fail(
+            code::INCOMPATIBLE_VERSION,
+            format!("cniVersion {} is not supported", conf.cni_version),
+            SUPPORTED_VERSIONS.join(", "),
+        ));
     }
     Ok(conf)
 }
@@ -355,8 +391,16 @@ fn run(env: &Env, stdin: &[u8]) -> CniResult<Option<Value>> {
         "CHECK" => check(env, &conf).map(|()| None),
         "STATUS" => status(&conf).map(|()| None),
         "GC" => gc(&conf).map(|()| None),
-        "" => Err(fail(code::INVALID_ENVIRONMENT, "CNI_COMMAND is not set", "v6node-cni is a CNI plugin, run by a container runtime")),
-        other => Err(fail(code::INVALID_ENVIRONMENT, format!("unknown CNI_COMMAND {other}"), "expected ADD, DEL, CHECK, STATUS, GC or VERSION")),
+        "" => Err(fail(
+            code::INVALID_ENVIRONMENT,
+            "CNI_COMMAND is not set",
+            "v6node-cni is a CNI plugin, run by a container runtime",
+        )),
+        other => Err(fail(
+            code::INVALID_ENVIRONMENT,
+            format!("unknown CNI_COMMAND {other}"),
+            "expected ADD, DEL, CHECK, STATUS, GC or VERSION",
+        )),
     }
 }
 
@@ -402,7 +446,13 @@ mod tests {
 
     #[test]
     fn malformed_input_gets_the_cni_error_code() {
-        let env = Env { command: "ADD".into(), container_id: "c1".into(), netns: "/nonexistent".into(), ifname: "eth0".into(), args: String::new() };
+        let env = Env {
+            command: "ADD".into(),
+            container_id: "c1".into(),
+            netns: "/nonexistent".into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+        };
         let code = |stdin: &str| run(&env, stdin.as_bytes()).unwrap_err().code;
         assert_eq!(code("{not json"), code::DECODE_FAILURE);
         assert_eq!(code(r#"{"cniVersion":"0.2.0","name":"v6node","type":"v6node-cni"}"#), code::INCOMPATIBLE_VERSION);
@@ -410,7 +460,13 @@ mod tests {
         assert_eq!(code(r#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"10.0.0.0/24"}"#), code::INVALID_CONFIG);
         assert_eq!(code(r#"{"cniVersion":"1.1.0","name":"../x","podCIDR":"fd00::/64"}"#), code::INVALID_CONFIG);
         assert_eq!(code(r#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64"}"#), code::INVALID_ENVIRONMENT);
-        let unknown = Env { command: "REPAIR".into(), container_id: "c1".into(), netns: String::new(), ifname: "eth0".into(), args: String::new() };
+        let unknown = Env {
+            command: "REPAIR".into(),
+            container_id: "c1".into(),
+            netns: String::new(),
+            ifname: "eth0".into(),
+            args: String::new(),
+        };
         let e = run(&unknown, br#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64"}"#).unwrap_err();
         assert_eq!((e.code, e.msg.as_str()), (code::INVALID_ENVIRONMENT, "unknown CNI_COMMAND REPAIR"));
         let no_id = Env { container_id: String::new(), ..env };
@@ -420,7 +476,13 @@ mod tests {
 
     #[test]
     fn version_answers_with_what_it_supports() {
-        let env = Env { command: "VERSION".into(), container_id: String::new(), netns: String::new(), ifname: String::new(), args: String::new() };
+        let env = Env {
+            command: "VERSION".into(),
+            container_id: String::new(),
+            netns: String::new(),
+            ifname: String::new(),
+            args: String::new(),
+        };
         let v = run(&env, br#"{"cniVersion":"1.0.0"}"#).unwrap().unwrap();
         assert_eq!(v["cniVersion"], "1.0.0");
         assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));

@@ -2,12 +2,7 @@
 //! The pod's device pair, through rtnetlink: created in the host's
 //! namespace, the pod side moved into the pod's and configured there.
 
-use std::{
-    fs::File,
-    net::Ipv6Addr,
-    os::fd::AsRawFd,
-    path::Path,
-};
+use std::{fs::File, net::Ipv6Addr, os::fd::AsRawFd, path::Path};
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::TryStreamExt;
@@ -83,7 +78,10 @@ pub fn create_pair(host: &str, peer: &str, wanted: &str) -> Result<PodDevice> {
             match handle.link().add(netkit).execute().await {
                 Ok(()) => device = PodDevice::Netkit,
                 Err(e) if wanted == "auto" && is_unsupported(&e) => {}
-                Err(e) => return Err(e).context("creating the netkit pair (kernel without CONFIG_NETKIT? use device \"auto\" or \"veth\")"),
+                Err(e) => {
+                    return Err(e)
+                        .context("creating the netkit pair (kernel without CONFIG_NETKIT? use device \"auto\" or \"veth\")")
+                }
             }
         }
         if device == PodDevice::Veth {
@@ -95,7 +93,12 @@ pub fn create_pair(host: &str, peer: &str, wanted: &str) -> Result<PodDevice> {
             add.message_mut().attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
             add.execute().await.context("adding the pod's gateway address")?;
         }
-        handle.link().set(LinkUnspec::new_with_index(host_index).up().build()).execute().await.with_context(|| format!("setting {host} up"))?;
+        handle
+            .link()
+            .set(LinkUnspec::new_with_index(host_index).up().build())
+            .execute()
+            .await
+            .with_context(|| format!("setting {host} up"))?;
         Ok(device)
     })
 }
@@ -121,11 +124,21 @@ pub fn configure(host: &str, peer: &str, netns: &Path, ifname: &str, address: Ip
     let (peer_name, ifname) = (peer.to_owned(), ifname.to_owned());
     in_netns(netns, async move |handle| {
         let index = index(&handle, &peer_name).await?.ok_or_else(|| anyhow!("{peer_name} not in the pod's namespace"))?;
-        handle.link().set(LinkUnspec::new_with_index(index).name(ifname.clone()).build()).execute().await.with_context(|| format!("renaming {peer_name} to {ifname}"))?;
+        handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).name(ifname.clone()).build())
+            .execute()
+            .await
+            .with_context(|| format!("renaming {peer_name} to {ifname}"))?;
         let mut add = handle.address().add(index, address.into(), 128);
         add.message_mut().attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
         add.execute().await.with_context(|| format!("adding {address} to {ifname}"))?;
-        handle.link().set(LinkUnspec::new_with_index(index).up().build()).execute().await.with_context(|| format!("setting {ifname} up"))?;
+        handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).up().build())
+            .execute()
+            .await
+            .with_context(|| format!("setting {ifname} up"))?;
         let default = RouteMessageBuilder::<Ipv6Addr>::new().destination_prefix(Ipv6Addr::UNSPECIFIED, 0).output_interface(index);
         let default = match device {
             // netkit in L3 mode has no neighbours: the device is the next hop.
@@ -138,7 +151,8 @@ pub fn configure(host: &str, peer: &str, netns: &Path, ifname: &str, address: Ip
 }
 
 async fn mac(handle: &Handle, index: u32) -> Result<String> {
-    let message = handle.link().get().match_index(index).execute().try_next().await?.ok_or_else(|| anyhow!("device {index} vanished"))?;
+    let message =
+        handle.link().get().match_index(index).execute().try_next().await?.ok_or_else(|| anyhow!("device {index} vanished"))?;
     Ok(message
         .attributes
         .iter()
@@ -177,7 +191,8 @@ pub fn check(host: &str, netns: &Path, ifname: &str, address: Ipv6Addr) -> Resul
         let index = index(&handle, &ifname).await?.ok_or_else(|| anyhow!("{ifname} is missing in the pod"))?;
         let mut addresses = handle.address().get().set_link_index_filter(index).execute();
         while let Some(message) = addresses.try_next().await? {
-            if message.attributes.iter().any(|a| matches!(a, AddressAttribute::Address(std::net::IpAddr::V6(a)) if *a == address)) {
+            if message.attributes.iter().any(|a| matches!(a, AddressAttribute::Address(std::net::IpAddr::V6(a)) if *a == address))
+            {
                 return Ok(());
             }
         }

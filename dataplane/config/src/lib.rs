@@ -72,11 +72,7 @@ pub fn parse_str(name: &Path, text: &str) -> Result<LoadedConfig, ConfigError> {
 
 fn finish(m: Merged) -> Result<LoadedConfig, ConfigError> {
     let config = validate::build(&m)?;
-    Ok(LoadedConfig {
-        config,
-        files: m.files,
-        origins: m.origins.leaves,
-    })
+    Ok(LoadedConfig { config, files: m.files, origins: m.origins.leaves })
 }
 
 /// Why the configuration cannot be used. Displays on one line as
@@ -93,11 +89,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(file: &Path, key: Option<String>, reason: String) -> Self {
-        ConfigError {
-            file: file.to_owned(),
-            key,
-            reason: one_line(&reason),
-        }
+        ConfigError { file: file.to_owned(), key, reason: one_line(&reason) }
     }
 }
 
@@ -117,9 +109,5 @@ impl std::error::Error for ConfigError {}
 
 /// toml's messages span several lines; join them with spaces.
 fn one_line(s: &str) -> String {
-    s.split(['\n', '\r'])
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
+    s.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }

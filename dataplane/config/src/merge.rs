@@ -37,22 +37,12 @@ impl Merged {
         let bytes = match fs::read(file) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound && !required => return Ok(()),
-            Err(e) => {
-                return Err(ConfigError::new(
-                    file,
-                    None,
-                    format!("cannot read file: {e}"),
-                ))
-            }
+            Err(e) => return Err(ConfigError::new(file, None, format!("cannot read file: {e}"))),
         };
         let text = String::from_utf8(bytes).map_err(|e| {
             let at = e.utf8_error().valid_up_to();
             let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
-            ConfigError::new(
-                file,
-                None,
-                format!("not valid UTF-8 (line {line}, byte offset {at})"),
-            )
+            ConfigError::new(file, None, format!("not valid UTF-8 (line {line}, byte offset {at})"))
         })?;
         self.add_text(file, &text)
     }

@@ -85,10 +85,7 @@ pub struct Attach {
 
 impl Default for Attach {
     fn default() -> Self {
-        Attach {
-            devices: default_devices(),
-            mode: AttachMode::Auto,
-        }
+        Attach { devices: default_devices(), mode: AttachMode::Auto }
     }
 }
 
@@ -116,29 +113,18 @@ impl DevicePattern {
             return Err("empty pattern".into());
         }
         if s.contains('/') {
-            return Err(format!(
-                "pattern `{s}` contains `/`, which interface names cannot"
-            ));
+            return Err(format!("pattern `{s}` contains `/`, which interface names cannot"));
         }
         if s.contains(':') {
-            return Err(format!(
-                "pattern `{s}` contains `:`, which interface names cannot"
-            ));
+            return Err(format!("pattern `{s}` contains `:`, which interface names cannot"));
         }
         if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!(
-                "pattern `{s}` contains whitespace or a control character, which interface names cannot"
-            ));
+            return Err(format!("pattern `{s}` contains whitespace or a control character, which interface names cannot"));
         }
         if !s.contains(['*', '?', '[']) && s.len() > IFNAME_MAX {
-            return Err(format!(
-                "interface name `{s}` is {} bytes; at most {IFNAME_MAX} are possible",
-                s.len()
-            ));
+            return Err(format!("interface name `{s}` is {} bytes; at most {IFNAME_MAX} are possible", s.len()));
         }
-        glob::Pattern::new(s)
-            .map(DevicePattern)
-            .map_err(|e| format!("invalid glob `{s}`: {e}"))
+        glob::Pattern::new(s).map(DevicePattern).map_err(|e| format!("invalid glob `{s}`: {e}"))
     }
 
     pub fn as_str(&self) -> &str {
@@ -172,10 +158,7 @@ impl Serialize for DevicePattern {
 }
 
 fn default_devices() -> Vec<DevicePattern> {
-    ["en*", "eth*"]
-        .into_iter()
-        .map(|p| DevicePattern::new(p).expect("built-in pattern is valid"))
-        .collect()
+    ["en*", "eth*"].into_iter().map(|p| DevicePattern::new(p).expect("built-in pattern is valid")).collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -188,10 +171,7 @@ pub struct BigTcp {
 
 impl Default for BigTcp {
     fn default() -> Self {
-        BigTcp {
-            devices: default_devices(),
-            size: BIGTCP_DEFAULT,
-        }
+        BigTcp { devices: default_devices(), size: BIGTCP_DEFAULT }
     }
 }
 
@@ -312,10 +292,7 @@ impl FromStr for MetricsListen {
     fn from_str(s: &str) -> Result<Self, String> {
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
-                return Err(
-                    "`unix:` needs an absolute socket path, e.g. unix:/run/v6node/metrics.sock"
-                        .into(),
-                );
+                return Err("`unix:` needs an absolute socket path, e.g. unix:/run/v6node/metrics.sock".into());
             }
             if !path.starts_with('/') {
                 return Err(format!("unix socket path `{path}` is not absolute"));
@@ -324,17 +301,12 @@ impl FromStr for MetricsListen {
                 return Err("unix socket path contains a NUL byte".into());
             }
             if path.len() > UNIX_PATH_MAX {
-                return Err(format!(
-                    "unix socket path is {} bytes; at most {UNIX_PATH_MAX} fit in sockaddr_un",
-                    path.len()
-                ));
+                return Err(format!("unix socket path is {} bytes; at most {UNIX_PATH_MAX} fit in sockaddr_un", path.len()));
             }
             return Ok(MetricsListen::Unix(path.into()));
         }
         match s.parse::<SocketAddr>() {
-            Ok(a) if a.port() == 0 => {
-                Err(format!("port 0 in `{s}`; choose a fixed port such as 9462"))
-            }
+            Ok(a) if a.port() == 0 => Err(format!("port 0 in `{s}`; choose a fixed port such as 9462")),
             Ok(a) => Ok(MetricsListen::Tcp(a)),
             Err(_) => Err(format!(
                 "cannot parse `{s}`; expected \"\" (off), \"unix:/absolute/path.sock\", \

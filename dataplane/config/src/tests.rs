@@ -120,15 +120,11 @@ fn vendor_only() {
 #[test]
 fn override_order_vendor_etc_dropins_by_name() {
     let t = Tree::new();
-    let vendor = t
-        .vendor("[bigtcp]\nsize = 100000\n[log]\nlevel = \"debug\"\n[attach]\nmode = \"clsact\"\n");
+    let vendor = t.vendor("[bigtcp]\nsize = 100000\n[log]\nlevel = \"debug\"\n[attach]\nmode = \"clsact\"\n");
     let etc = t.etc("[bigtcp]\nsize = 200000\n[log]\nlevel = \"warn\"\n");
     // Created out of order; byte order puts "9-" after "20-".
     let z = t.dropin("9-z.toml", "[bigtcp]\nsize = 400000\n");
-    let b = t.dropin(
-        "20-b.toml",
-        "[bigtcp]\nsize = 300000\n[log]\nlevel = \"trace\"\n",
-    );
+    let b = t.dropin("20-b.toml", "[bigtcp]\nsize = 300000\n[log]\nlevel = \"trace\"\n");
     let a = t.dropin("10-a.toml", "[bigtcp]\nsize = 250000\n");
     let l = t.load();
     assert_eq!(l.files, [vendor.clone(), etc, a, b.clone(), z.clone()]);
@@ -156,10 +152,7 @@ fn nested_tables_merge_keeping_earlier_siblings() {
 fn arrays_replace_instead_of_appending() {
     let t = Tree::new();
     t.vendor("[attach]\ndevices = [\"en*\", \"eth*\", \"wl*\"]\n[filter]\ndeny_sources = [\"2001:db8:1::/48\"]\n");
-    let d = t.dropin(
-        "50-x.toml",
-        "[attach]\ndevices = [\"eth0\"]\n[filter]\ndeny_sources = []\n",
-    );
+    let d = t.dropin("50-x.toml", "[attach]\ndevices = [\"eth0\"]\n[filter]\ndeny_sources = []\n");
     let l = t.load();
     assert_eq!(strs(&l.config.attach.devices), ["eth0"]);
     assert!(l.config.filter.deny_sources.is_empty());
@@ -184,26 +177,14 @@ fn later_scalar_replaces_earlier_table() {
     let t = Tree::new();
     t.vendor("[attach]\nmode = \"tcx\"\n");
     let etc = t.etc("attach = 5\n");
-    assert_err(
-        &t.load_err(),
-        &etc,
-        Some("attach"),
-        "expected a table, found an integer",
-    );
+    assert_err(&t.load_err(), &etc, Some("attach"), "expected a table, found an integer");
 }
 
 #[test]
 fn non_toml_and_hidden_files_are_ignored() {
     let t = Tree::new();
     let d = t.dropin("10-ok.toml", "[log]\nlevel = \"error\"\n");
-    for name in [
-        "README",
-        "20-x.toml.bak",
-        "30-x.toml~",
-        ".40-hidden.toml",
-        ".toml",
-        "50-x.conf",
-    ] {
+    for name in ["README", "20-x.toml.bak", "30-x.toml~", ".40-hidden.toml", ".toml", "50-x.conf"] {
         t.dropin(name, "this is not toml = = =");
     }
     fs::create_dir(t.root().join("etc/v6node/dataplane.d/60-subdir")).unwrap();
@@ -237,24 +218,15 @@ fn missing_extra_file_is_an_error() {
 #[test]
 fn origins_point_at_the_setting_file() {
     let t = Tree::new();
-    let vendor = t.vendor(
-        "[attach]\ndevices = [\"en*\"]\nmode = \"tcx\"\n[metrics]\nlisten = \"[::1]:9462\"\n",
-    );
+    let vendor = t.vendor("[attach]\ndevices = [\"en*\"]\nmode = \"tcx\"\n[metrics]\nlisten = \"[::1]:9462\"\n");
     let etc = t.etc("[attach]\nmode = \"clsact\"\n");
-    let d = t.dropin(
-        "10-filter.toml",
-        "filter = { deny_sources = [\"2001:db8::/32\"] }\n",
-    );
+    let d = t.dropin("10-filter.toml", "filter = { deny_sources = [\"2001:db8::/32\"] }\n");
     let l = t.load();
-    let expected: BTreeMap<String, PathBuf> = [
-        ("attach.devices", &vendor),
-        ("attach.mode", &etc),
-        ("filter.deny_sources", &d),
-        ("metrics.listen", &vendor),
-    ]
-    .into_iter()
-    .map(|(k, f)| (k.to_owned(), f.clone()))
-    .collect();
+    let expected: BTreeMap<String, PathBuf> =
+        [("attach.devices", &vendor), ("attach.mode", &etc), ("filter.deny_sources", &d), ("metrics.listen", &vendor)]
+            .into_iter()
+            .map(|(k, f)| (k.to_owned(), f.clone()))
+            .collect();
     assert_eq!(l.origins, expected);
 }
 
@@ -283,24 +255,13 @@ fn accepted_values() {
         [log]
         level = "trace"
     "#);
-    assert_eq!(
-        strs(&c.attach.devices),
-        ["enp[0-9]s*", "averyveryverylongname*", "lo"]
-    );
+    assert_eq!(strs(&c.attach.devices), ["enp[0-9]s*", "averyveryverylongname*", "lo"]);
     assert_eq!(c.attach.mode, AttachMode::Tcx);
     assert!(c.bigtcp.devices.is_empty());
     assert_eq!(c.bigtcp.size, BIGTCP_MAX);
-    let nets: Vec<String> = c
-        .filter
-        .deny_sources
-        .iter()
-        .map(|n| n.to_string())
-        .collect();
+    let nets: Vec<String> = c.filter.deny_sources.iter().map(|n| n.to_string()).collect();
     assert_eq!(nets, ["2001:db8:bad::/48", "2001:db8::1/128", "fe80::/10"]);
-    assert_eq!(
-        c.metrics.listen,
-        Some(MetricsListen::Unix("/run/v6node/metrics.sock".into()))
-    );
+    assert_eq!(c.metrics.listen, Some(MetricsListen::Unix("/run/v6node/metrics.sock".into())));
     assert_eq!(c.log.level, LogLevel::Trace);
     assert_eq!(ok("bigtcp.size = 65536").bigtcp.size, BIGTCP_MIN);
 }
@@ -309,18 +270,9 @@ fn accepted_values() {
 fn metrics_listen_forms() {
     let listen = |s: &str| ok(&format!("metrics.listen = {s:?}")).metrics.listen;
     assert_eq!(listen(""), None);
-    assert_eq!(
-        listen("[::1]:9462"),
-        Some(MetricsListen::Tcp("[::1]:9462".parse().unwrap()))
-    );
-    assert_eq!(
-        listen("127.0.0.1:9462"),
-        Some(MetricsListen::Tcp("127.0.0.1:9462".parse().unwrap()))
-    );
-    assert_eq!(
-        listen("unix:/a.sock"),
-        Some(MetricsListen::Unix("/a.sock".into()))
-    );
+    assert_eq!(listen("[::1]:9462"), Some(MetricsListen::Tcp("[::1]:9462".parse().unwrap())));
+    assert_eq!(listen("127.0.0.1:9462"), Some(MetricsListen::Tcp("127.0.0.1:9462".parse().unwrap())));
+    assert_eq!(listen("unix:/a.sock"), Some(MetricsListen::Unix("/a.sock".into())));
 }
 
 #[test]
@@ -362,27 +314,11 @@ fn serialize_round_trip() {
 
 #[test]
 fn unknown_keys() {
-    bad(
-        "foo = 1",
-        "foo",
-        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, metrics, log",
-    );
+    bad("foo = 1", "foo", "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, metrics, log");
     bad("[foo]", "foo", "unknown key `foo`");
-    bad(
-        "[bigtcp]\nsise = 1",
-        "bigtcp.sise",
-        "unknown key `sise`; expected one of devices, size",
-    );
-    bad(
-        "attach.device = []",
-        "attach.device",
-        "expected one of devices, mode",
-    );
-    bad(
-        "filter.deny = []",
-        "filter.deny",
-        "expected one of deny_sources",
-    );
+    bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");
+    bad("attach.device = []", "attach.device", "expected one of devices, mode");
+    bad("filter.deny = []", "filter.deny", "expected one of deny_sources");
     bad("metrics.port = 1", "metrics.port", "expected one of listen");
     bad("log.levle = \"info\"", "log.levle", "expected one of level");
 }
@@ -403,73 +339,21 @@ fn unknown_key_names_the_file_that_set_it() {
 
 #[test]
 fn wrong_types() {
-    bad(
-        "bigtcp.size = \"big\"",
-        "bigtcp.size",
-        "expected an integer, found a string",
-    );
-    bad(
-        "bigtcp.size = true",
-        "bigtcp.size",
-        "expected an integer, found a boolean",
-    );
-    bad(
-        "bigtcp.size = 1.5",
-        "bigtcp.size",
-        "expected an integer, found a float",
-    );
-    bad(
-        "bigtcp.size = { a = 1 }",
-        "bigtcp.size",
-        "expected an integer, found a table",
-    );
+    bad("bigtcp.size = \"big\"", "bigtcp.size", "expected an integer, found a string");
+    bad("bigtcp.size = true", "bigtcp.size", "expected an integer, found a boolean");
+    bad("bigtcp.size = 1.5", "bigtcp.size", "expected an integer, found a float");
+    bad("bigtcp.size = { a = 1 }", "bigtcp.size", "expected an integer, found a table");
     bad("attach = 1", "attach", "expected a table, found an integer");
     bad("log = \"info\"", "log", "expected a table, found a string");
-    bad(
-        "attach.mode = { x = 1 }",
-        "attach.mode",
-        "expected a string, found a table",
-    );
-    bad(
-        "attach.mode = [\"tcx\"]",
-        "attach.mode",
-        "expected a string, found an array",
-    );
-    bad(
-        "attach.devices = \"en*\"",
-        "attach.devices",
-        "expected an array of strings, found a string",
-    );
-    bad(
-        "attach.devices = [\"en*\", 3]",
-        "attach.devices[1]",
-        "expected a string, found an integer",
-    );
-    bad(
-        "bigtcp.devices = [[\"en*\"]]",
-        "bigtcp.devices[0]",
-        "expected a string, found an array",
-    );
-    bad(
-        "filter.deny_sources = \"2001:db8::/32\"",
-        "filter.deny_sources",
-        "expected an array of strings",
-    );
-    bad(
-        "filter.deny_sources = [{}]",
-        "filter.deny_sources[0]",
-        "expected a string, found a table",
-    );
-    bad(
-        "metrics.listen = 9462",
-        "metrics.listen",
-        "expected a string, found an integer",
-    );
-    bad(
-        "log.level = 1979-05-27",
-        "log.level",
-        "expected a string, found a datetime",
-    );
+    bad("attach.mode = { x = 1 }", "attach.mode", "expected a string, found a table");
+    bad("attach.mode = [\"tcx\"]", "attach.mode", "expected a string, found an array");
+    bad("attach.devices = \"en*\"", "attach.devices", "expected an array of strings, found a string");
+    bad("attach.devices = [\"en*\", 3]", "attach.devices[1]", "expected a string, found an integer");
+    bad("bigtcp.devices = [[\"en*\"]]", "bigtcp.devices[0]", "expected a string, found an array");
+    bad("filter.deny_sources = \"2001:db8::/32\"", "filter.deny_sources", "expected an array of strings");
+    bad("filter.deny_sources = [{}]", "filter.deny_sources[0]", "expected a string, found a table");
+    bad("metrics.listen = 9462", "metrics.listen", "expected a string, found an integer");
+    bad("log.level = 1979-05-27", "log.level", "expected a string, found a datetime");
 }
 
 #[test]
@@ -477,11 +361,7 @@ fn bad_device_patterns() {
     for section in ["attach", "bigtcp"] {
         let key = format!("{section}.devices[1]");
         let bad_dev = |item: &str, part: &str| {
-            bad(
-                &format!("{section}.devices = [\"en*\", {item:?}]"),
-                &key,
-                part,
-            );
+            bad(&format!("{section}.devices = [\"en*\", {item:?}]"), &key, part);
         };
         bad_dev("", "empty pattern");
         bad_dev("a/b", "contains `/`");
@@ -494,72 +374,35 @@ fn bad_device_patterns() {
     }
     // 15 bytes is fine, 16 is not.
     ok("attach.devices = [\"abcdefghijklmno\"]");
-    bad(
-        "attach.devices = [\"abcdefghijklmnop\"]",
-        "attach.devices[0]",
-        "16 bytes",
-    );
+    bad("attach.devices = [\"abcdefghijklmnop\"]", "attach.devices[0]", "16 bytes");
 }
 
 #[test]
 fn bad_attach_mode() {
-    bad(
-        "attach.mode = \"xdp\"",
-        "attach.mode",
-        "unknown attach mode `xdp`; expected one of auto, tcx, clsact",
-    );
-    bad(
-        "attach.mode = \"TCX\"",
-        "attach.mode",
-        "expected one of auto, tcx, clsact",
-    );
+    bad("attach.mode = \"xdp\"", "attach.mode", "unknown attach mode `xdp`; expected one of auto, tcx, clsact");
+    bad("attach.mode = \"TCX\"", "attach.mode", "expected one of auto, tcx, clsact");
 }
 
 #[test]
 fn bad_bigtcp_size() {
-    bad(
-        "bigtcp.size = 65535",
-        "bigtcp.size",
-        "65535 is out of range; expected 65536..=524280",
-    );
-    bad(
-        "bigtcp.size = 524281",
-        "bigtcp.size",
-        "524281 is out of range",
-    );
+    bad("bigtcp.size = 65535", "bigtcp.size", "65535 is out of range; expected 65536..=524280");
+    bad("bigtcp.size = 524281", "bigtcp.size", "524281 is out of range");
     bad("bigtcp.size = -1", "bigtcp.size", "-1 is out of range");
     bad("bigtcp.size = 0", "bigtcp.size", "0 is out of range");
-    bad(
-        "bigtcp.size = 99999999999",
-        "bigtcp.size",
-        "99999999999 is out of range",
-    );
+    bad("bigtcp.size = 99999999999", "bigtcp.size", "99999999999 is out of range");
     bad("bigtcp.size = 65536.0", "bigtcp.size", "found a float");
 }
 
 #[test]
 fn bad_deny_sources() {
     let bad_net = |item: &str, part: &str| {
-        bad(
-            &format!("filter.deny_sources = [\"2001:db8:1::/48\", {item:?}]"),
-            "filter.deny_sources[1]",
-            part,
-        );
+        bad(&format!("filter.deny_sources = [\"2001:db8:1::/48\", {item:?}]"), "filter.deny_sources[1]", part);
     };
-    bad_net(
-        "2001:db8::1",
-        "missing prefix length; write 2001:db8::1/128 for one address",
-    );
+    bad_net("2001:db8::1", "missing prefix length; write 2001:db8::1/128 for one address");
     bad_net("10.0.0.0/8", "IPv4 prefix on an IPv6-only dataplane");
     bad_net("10.0.0.1", "IPv4 address on an IPv6-only dataplane");
-    bad_net(
-        "2001:db8::1/32",
-        "host bits set; did you mean 2001:db8::/32?",
-    );
-    bad_net(
-        "2001:db8::/129",
-        "prefix length `129` is not a number in 0..=128",
-    );
+    bad_net("2001:db8::1/32", "host bits set; did you mean 2001:db8::/32?");
+    bad_net("2001:db8::/129", "prefix length `129` is not a number in 0..=128");
     bad_net("2001:db8::/+32", "prefix length `+32`");
     bad_net("2001:db8::/", "prefix length ``");
     bad_net("2001:db8::/32/1", "prefix length `32/1`");
@@ -567,20 +410,13 @@ fn bad_deny_sources() {
     bad_net("bad", "`bad` is not an IPv6 prefix");
     bad_net("::/0", "would drop every packet");
     bad_net("8000::/0", "would drop every packet");
-    bad_net(
-        "2001:DB8:1::/48",
-        "duplicate prefix 2001:db8:1::/48 (also item 0)",
-    );
+    bad_net("2001:DB8:1::/48", "duplicate prefix 2001:db8:1::/48 (also item 0)");
 }
 
 #[test]
 fn too_many_deny_sources() {
     let items = vec!["\"\""; DENY_SOURCES_MAX + 1].join(",");
-    bad(
-        &format!("filter.deny_sources = [{items}]"),
-        "filter.deny_sources",
-        "262145 prefixes; at most 262144",
-    );
+    bad(&format!("filter.deny_sources = [{items}]"), "filter.deny_sources", "262145 prefixes; at most 262144");
 }
 
 #[test]
@@ -589,50 +425,25 @@ fn bad_metrics_listen() {
         bad(&format!("metrics.listen = {s:?}"), "metrics.listen", part);
     };
     bad_listen("unix:", "`unix:` needs an absolute socket path");
-    bad_listen(
-        "unix:run/m.sock",
-        "unix socket path `run/m.sock` is not absolute",
-    );
-    bad(
-        "metrics.listen = \"unix:/run/m\\u0000.sock\"",
-        "metrics.listen",
-        "NUL",
-    );
-    bad_listen(
-        &format!("unix:/{}", "x".repeat(107)),
-        "108 bytes; at most 107",
-    );
+    bad_listen("unix:run/m.sock", "unix socket path `run/m.sock` is not absolute");
+    bad("metrics.listen = \"unix:/run/m\\u0000.sock\"", "metrics.listen", "NUL");
+    bad_listen(&format!("unix:/{}", "x".repeat(107)), "108 bytes; at most 107");
     bad_listen("[::1]:0", "port 0");
-    bad_listen(
-        "::1",
-        "expected \"\" (off), \"unix:/absolute/path.sock\", or an address with a port",
-    );
+    bad_listen("::1", "expected \"\" (off), \"unix:/absolute/path.sock\", or an address with a port");
     bad_listen("localhost:9462", "cannot parse `localhost:9462`");
     bad_listen(" [::1]:9462", "cannot parse");
 }
 
 #[test]
 fn bad_log_level() {
-    bad(
-        "log.level = \"verbose\"",
-        "log.level",
-        "expected one of error, warn, info, debug, trace",
-    );
+    bad("log.level = \"verbose\"", "log.level", "expected one of error, warn, info, debug, trace");
 }
 
 #[test]
 fn value_errors_come_in_schema_order() {
     // `log` before `attach` in the text; `attach` first in the schema.
-    bad(
-        "[log]\nlevel = \"x\"\n[attach]\nmode = \"x\"\n",
-        "attach.mode",
-        "attach mode",
-    );
-    bad(
-        "[metrics]\nlisten = \"x\"\n[log]\nlevel = \"x\"\n",
-        "metrics.listen",
-        "cannot parse",
-    );
+    bad("[log]\nlevel = \"x\"\n[attach]\nmode = \"x\"\n", "attach.mode", "attach mode");
+    bad("[metrics]\nlisten = \"x\"\n[log]\nlevel = \"x\"\n", "metrics.listen", "cannot parse");
     let t = Tree::new();
     t.vendor("[log]\nlevel = \"x\"\n");
     let d = t.dropin("10-a.toml", "[bigtcp]\nsize = 1\n");
@@ -645,12 +456,7 @@ fn value_error_names_the_file_that_set_the_array() {
     let vendor = t.vendor("filter.deny_sources = [\"2001:db8::/32\", \"2001:db8::1\"]\n");
     t.etc("[log]\nlevel = \"warn\"\n");
     t.dropin("10-a.toml", "[filter]\n");
-    assert_err(
-        &t.load_err(),
-        &vendor,
-        Some("filter.deny_sources[1]"),
-        "missing prefix length",
-    );
+    assert_err(&t.load_err(), &vendor, Some("filter.deny_sources[1]"), "missing prefix length");
 }
 
 #[test]
@@ -681,12 +487,7 @@ fn unreadable_files() {
     // Missing is skipped, but a path through a non-directory is a broken setup.
     let t = Tree::new();
     t.write("usr/lib", "not a directory");
-    assert_err(
-        &t.load_err(),
-        &t.root().join("usr/lib/v6node/dataplane.toml"),
-        None,
-        "cannot read file",
-    );
+    assert_err(&t.load_err(), &t.root().join("usr/lib/v6node/dataplane.toml"), None, "cannot read file");
 
     let t = Tree::new();
     let locked = t.dropin("10-locked.toml", "");
@@ -709,12 +510,7 @@ fn dropin_path_that_is_not_a_directory() {
 fn non_utf8_file() {
     let t = Tree::new();
     let d = t.dropin("10-latin1.toml", b"# caf\xe9\n[log]\n");
-    assert_err(
-        &t.load_err(),
-        &d,
-        None,
-        "not valid UTF-8 (line 1, byte offset 5)",
-    );
+    assert_err(&t.load_err(), &d, None, "not valid UTF-8 (line 1, byte offset 5)");
 }
 
 #[test]
@@ -725,10 +521,7 @@ fn display_is_one_line() {
     assert!(s.starts_with(&format!("{NAME}: line 2, column 9: ")), "{s}");
 
     let e = bad("bigtcp.size = 1", "bigtcp.size", "out of range");
-    assert_eq!(
-        e.to_string(),
-        format!("{NAME}: bigtcp.size: 1 is out of range; expected 65536..=524280 bytes")
-    );
+    assert_eq!(e.to_string(), format!("{NAME}: bigtcp.size: 1 is out of range; expected 65536..=524280 bytes"));
 
     let e = bad("\"a\\nb\" = 1", "a\nb", "unknown key");
     assert!(!e.to_string().contains('\n'), "{e}");
@@ -778,13 +571,21 @@ fn bad_nat64_prefix() {
 #[test]
 fn bad_nat64_mappings() {
     let eam = |items: &str| format!("[nat64]\neam = [{items}]\n");
-    bad(&eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "198.51.100.0/25" }"#), "nat64.eam[0]", "leaves 8 host bits but 198.51.100.0/25 leaves 7");
+    bad(
+        &eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "198.51.100.0/25" }"#),
+        "nat64.eam[0]",
+        "leaves 8 host bits but 198.51.100.0/25 leaves 7",
+    );
     bad(&eam(r#"{ ipv6 = "2001:db8::/120" }"#), "nat64.eam[0].ipv4", "missing");
     bad(&eam(r#"{ ipv6 = "2001:db8::1", ipv4 = "192.0.2.1/32" }"#), "nat64.eam[0].ipv6", "write 2001:db8::1/128");
     bad(&eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1" }"#), "nat64.eam[0].ipv4", "write 192.0.2.1/32");
     bad(&eam(r#"{ ipv6 = "2001:db8::/64", ipv4 = "10.0.0.0/8" }"#), "nat64.eam[0].ipv6", "use /96 or longer");
     bad(&eam(r#"{ ipv6 = "2001:db8::1/120", ipv4 = "192.0.2.0/24" }"#), "nat64.eam[0].ipv6", "host bits set");
-    bad(&eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "192.0.2.1/24" }"#), "nat64.eam[0].ipv4", "host bits set; did you mean 192.0.2.0/24?");
+    bad(
+        &eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "192.0.2.1/24" }"#),
+        "nat64.eam[0].ipv4",
+        "host bits set; did you mean 192.0.2.0/24?",
+    );
     bad(&eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1/32", port = 80 }"#), "nat64.eam[0].port", "unknown key `port`");
     bad(
         &eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1/32" }, { ipv6 = "2001:db8::2/128", ipv4 = "192.0.2.1/32" }"#),

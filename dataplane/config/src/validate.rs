@@ -34,15 +34,9 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
             cfg.bigtcp.devices = v.devices("bigtcp.devices", &items)?;
         }
         if let Some(n) = v.integer(t, "bigtcp.size")? {
-            cfg.bigtcp.size = u32::try_from(n)
-                .ok()
-                .filter(|n| (BIGTCP_MIN..=BIGTCP_MAX).contains(n))
-                .ok_or_else(|| {
-                    v.err(
-                        "bigtcp.size",
-                        format!("{n} is out of range; expected {BIGTCP_MIN}..={BIGTCP_MAX} bytes"),
-                    )
-                })?;
+            cfg.bigtcp.size = u32::try_from(n).ok().filter(|n| (BIGTCP_MIN..=BIGTCP_MAX).contains(n)).ok_or_else(|| {
+                v.err("bigtcp.size", format!("{n} is out of range; expected {BIGTCP_MIN}..={BIGTCP_MAX} bytes"))
+            })?;
         }
     }
 
@@ -120,25 +114,13 @@ impl Validator<'_> {
         match t.keys().find(|k| !allowed.contains(&k.as_str())) {
             None => Ok(()),
             Some(k) => {
-                let key = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                Err(self.err(
-                    &key,
-                    format!("unknown key `{k}`; expected one of {}", allowed.join(", ")),
-                ))
+                let key = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                Err(self.err(&key, format!("unknown key `{k}`; expected one of {}", allowed.join(", "))))
             }
         }
     }
 
-    fn section<'t>(
-        &self,
-        root: &'t Table,
-        name: &str,
-        allowed: &[&str],
-    ) -> Result<Option<&'t Table>> {
+    fn section<'t>(&self, root: &'t Table, name: &str, allowed: &[&str]) -> Result<Option<&'t Table>> {
         match root.get(name) {
             None => Ok(None),
             Some(Value::Table(t)) => {
@@ -166,10 +148,9 @@ impl Validator<'_> {
         match Self::field(t, path) {
             None => Ok(None),
             Some(Value::Integer(n)) => Ok(Some(*n)),
-            Some(Value::Float(f)) => Err(self.err(
-                path,
-                format!("expected an integer, found a float ({f}); write a whole number of bytes"),
-            )),
+            Some(Value::Float(f)) => {
+                Err(self.err(path, format!("expected an integer, found a float ({f}); write a whole number of bytes")))
+            }
             Some(v) => Err(self.type_err(path, "an integer", v)),
         }
     }
@@ -204,13 +185,7 @@ impl Validator<'_> {
 
     fn deny_sources(&self, path: &str, items: &[&str]) -> Result<Vec<Ipv6Net>> {
         if items.len() > DENY_SOURCES_MAX {
-            return Err(self.err(
-                path,
-                format!(
-                    "{} prefixes; at most {DENY_SOURCES_MAX} are supported",
-                    items.len()
-                ),
-            ));
+            return Err(self.err(path, format!("{} prefixes; at most {DENY_SOURCES_MAX} are supported", items.len())));
         }
         let mut seen = HashMap::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
@@ -230,7 +205,11 @@ impl Validator<'_> {
     /// `eam = [{ ipv6 = "...", ipv4 = "..." }, ...]`
     fn eams(&self, path: &str, value: &Value) -> Result<Vec<Eam>> {
         let Value::Array(items) = value else {
-            return Err(self.type_err(path, "an array of tables such as [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"198.51.100.0/24\" }]", value));
+            return Err(self.type_err(
+                path,
+                "an array of tables such as [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"198.51.100.0/24\" }]",
+                value,
+            ));
         };
         if items.len() > EAM_MAX {
             return Err(self.err(path, format!("{} mappings; at most {EAM_MAX} are supported", items.len())));
@@ -291,9 +270,8 @@ fn pod_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
 }
 
 fn nat64_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
-    let net: Ipv6Net = s.parse().map_err(|_| {
-        format!("`{s}` is not an IPv6 prefix; expected e.g. 64:ff9b::/96 or 64:ff9b:1::/48")
-    })?;
+    let net: Ipv6Net =
+        s.parse().map_err(|_| format!("`{s}` is not an IPv6 prefix; expected e.g. 64:ff9b::/96 or 64:ff9b:1::/48"))?;
     if !NAT64_PREFIX_LENGTHS.contains(&net.prefix_len()) {
         return Err(format!(
             "/{} is not an RFC 6052 prefix length; expected one of /32, /40, /48, /56, /64, /96",

@@ -191,12 +191,7 @@ pub fn try_run_program(ebpf: &Ebpf, program: &str, packet: &[u8], ifindex: u32) 
     ctx[36..40].copy_from_slice(&ifindex.to_ne_bytes());
     ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
     let mut out = vec![0u8; 16384];
-    let options = TestRunOptions {
-        data_in: Some(packet),
-        data_out: Some(&mut out),
-        ctx_in: Some(&ctx),
-        ..TestRunOptions::new()
-    };
+    let options = TestRunOptions { data_in: Some(packet), data_out: Some(&mut out), ctx_in: Some(&ctx), ..TestRunOptions::new() };
     let result = program.test_run(options)?;
     out.truncate(result.data_size_out as usize);
     Ok(Run { verdict: result.return_value, packet: out })
