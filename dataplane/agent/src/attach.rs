@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Attaching the host programs and the translator to devices, adopting what
-//! a previous agent pinned, and removing it all again.
+//! a previous agent pinned, and removing what is no longer wanted (`detach`,
+//! which removes everything, is in detach.rs).
 //!
 //! tcx links are pinned as `<pin_dir>/links/<device>-<direction>`. A pinned
 //! link keeps its program attached with no process holding it, which is what
@@ -10,14 +11,13 @@
 
 use std::{
     collections::BTreeMap,
-    ffi::CStr,
     fs,
     io::ErrorKind,
     os::fd::{AsFd, AsRawFd},
     path::{Path, PathBuf},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aya::{
     programs::{
         links::{FdLink, LinkOrder, PinnedLink},
@@ -30,7 +30,7 @@ use aya::{
 use serde::{Deserialize, Serialize};
 use v6node_config::AttachMode;
 
-use crate::{bpf, linkinfo, paths::Paths, state};
+use crate::{bpf, linkinfo, netdev, paths::Paths};
 
 /// cls_bpf priority and handle v6node's filters use in clsact mode; fixed so
 /// that a new agent finds and replaces the filters of the previous one. The
@@ -233,27 +233,6 @@ pub struct Attachment {
     pub error: Option<String>,
 }
 
-/// The network devices of this namespace, by name.
-pub fn devices() -> Result<BTreeMap<String, u32>> {
-    // SAFETY: if_nameindex returns a libc-owned array terminated by a zero
-    // entry, freed below with if_freenameindex.
-    unsafe {
-        let list = libc::if_nameindex();
-        if list.is_null() {
-            return Err(std::io::Error::last_os_error()).context("listing network devices");
-        }
-        let mut devices = BTreeMap::new();
-        let mut entry = list;
-        while (*entry).if_index != 0 {
-            let name = CStr::from_ptr((*entry).if_name).to_string_lossy().into_owned();
-            devices.insert(name, (*entry).if_index);
-            entry = entry.add(1);
-        }
-        libc::if_freenameindex(list);
-        Ok(devices)
-    }
-}
-
 fn link_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
     paths.links_dir().join(format!("{device}-{}", direction.name()))
 }
@@ -264,7 +243,7 @@ fn parse_link_pin(name: &str) -> Option<(String, Direction)> {
     Some((device.to_owned(), Direction::parse(direction)?))
 }
 
-fn program_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
+pub fn program_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
     paths.programs_dir().join(format!("{device}-{}", direction.name()))
 }
 
@@ -521,7 +500,7 @@ fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
     program.pin(path).with_context(|| format!("pinning {}", path.display()))
 }
 
-fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
+pub fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
     let link =
         SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
     link.detach().map_err(anyhow::Error::from)
@@ -556,7 +535,7 @@ pub struct LiveLink {
 }
 
 pub fn live_links(paths: &Paths) -> Vec<LiveLink> {
-    let ifindexes = devices().unwrap_or_default();
+    let ifindexes = netdev::devices().unwrap_or_default();
     pinned_links(paths)
         .into_iter()
         .map(|(device, direction, pin)| {
@@ -585,56 +564,6 @@ pub fn live_links(paths: &Paths) -> Vec<LiveLink> {
             live
         })
         .collect()
-}
-
-/// `detach`: removes every link and filter v6node attached and every pin.
-pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
-    if let Some(pid) = state::running_agent(paths) {
-        if !force {
-            bail!("the agent is running (pid {pid}) and would attach again; stop it first (systemctl stop v6node-dataplane) or pass --force");
-        }
-    }
-    let mut removed = 0;
-    for (device, direction, pin) in pinned_links(paths) {
-        let _ = fs::remove_file(program_pin(paths, &device, direction));
-        fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
-        println!("detached {device} {} (tcx link {})", direction.name(), pin.display());
-        removed += 1;
-    }
-    // clsact filters are found by their fixed priority and handle on every
-    // device, since no pin records them.
-    for device in devices()?.keys() {
-        for direction in Direction::ALL {
-            if detach_clsact(device, direction).is_ok() {
-                println!("detached {device} {} (clsact filter)", direction.name());
-                removed += 1;
-            }
-        }
-    }
-    for map in v6node_abi::maps::ALL {
-        let pin = paths.pin_dir.join(map);
-        match fs::remove_file(&pin) {
-            Ok(()) => println!("unpinned map {}", pin.display()),
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {}", pin.display())),
-        }
-    }
-    // Program pins whose link pin is gone already (an interrupted detach).
-    if let Ok(entries) = fs::read_dir(paths.programs_dir()) {
-        for entry in entries.flatten() {
-            let _ = fs::remove_file(entry.path());
-        }
-    }
-    for dir in [paths.links_dir(), paths.programs_dir(), paths.pin_dir.clone()] {
-        match fs::remove_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {} (something else is pinned there?)", dir.display())),
-        }
-    }
-    let _ = fs::remove_file(paths.state_file());
-    println!("{removed} attachment(s) removed; {} is gone", paths.pin_dir.display());
-    Ok(())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub fn read(pin_dir: &Path) -> Result<Vec<CounterRow>> {
     let pin = pin_dir.join(maps::COUNTERS);
     let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
     let map: PerCpuHashMap<_, CounterKey, CounterValue> = PerCpuHashMap::try_from(Map::PerCpuHashMap(data))?;
-    let names: BTreeMap<u32, String> = crate::attach::devices()?.into_iter().map(|(n, i)| (i, n)).collect();
+    let names: BTreeMap<u32, String> = crate::netdev::devices()?.into_iter().map(|(n, i)| (i, n)).collect();
     let mut rows = Vec::new();
     for entry in map.iter() {
         let (key, per_cpu) = entry.context("reading counters")?;

@@ -26,10 +26,10 @@ use tokio::{
 use v6node_config::{Config, LoadedConfig};
 
 use crate::{
-    attach::{self, Attacher, Direction, Mode, Target, Wanted},
+    attach::{Attacher, Direction, Mode, Target, Wanted},
     bigtcp,
     endpoints::Endpoints,
-    logging, metrics,
+    logging, metrics, netdev,
     paths::Paths,
     state::{self, Reload, State},
     tables,
@@ -246,7 +246,7 @@ impl Daemon {
 
     /// The devices present now whose names match one of `patterns`.
     fn wanted(patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
-        Ok(attach::devices()?.into_iter().filter(|(name, _)| patterns.iter().any(|p| p.matches(name))).collect())
+        Ok(netdev::devices()?.into_iter().filter(|(name, _)| patterns.iter().any(|p| p.matches(name))).collect())
     }
 
     /// Host programs on attach.devices, the translator on nat64.devices,

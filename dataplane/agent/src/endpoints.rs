@@ -14,14 +14,14 @@ use v6node_abi::{maps, EndpointKey, EndpointValue, ENDPOINT_NETKIT};
 use v6node_api::{format_mac, Endpoint, EndpointState, PodDevice};
 
 use crate::{
-    attach::{self, Direction, Target, Wanted},
-    bigtcp,
+    attach::{Direction, Target, Wanted},
+    bigtcp, netdev,
     paths::Paths,
     state,
 };
 
 /// Whether the endpoint's host-side device is still the one it was added
-/// with (`devices` as `attach::devices` lists them); ifindexes are not reused
+/// with (`devices` as `netdev::devices` lists them); ifindexes are not reused
 /// while a device lives, so a new device of the same name does not pass.
 pub fn device_present(devices: &BTreeMap<String, u32>, state: &EndpointState) -> bool {
     devices.get(&state.endpoint.host_device) == Some(&state.host_ifindex)
@@ -171,7 +171,7 @@ impl Endpoints {
     /// agent was down, or a device removed by hand) and, as a restarted
     /// agent needs, makes the map agree with the records.
     pub fn prune(&mut self, paths: &Paths) -> Result<Vec<EndpointState>> {
-        let devices = attach::devices()?;
+        let devices = netdev::devices()?;
         let gone: Vec<_> = self.records.iter().filter(|(_, s)| !device_present(&devices, s)).map(|(id, _)| id.clone()).collect();
         let mut removed = Vec::new();
         for (container_id, ifname) in gone {

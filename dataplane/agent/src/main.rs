@@ -6,10 +6,12 @@ mod bigtcp;
 mod bpf;
 mod counters;
 mod daemon;
+mod detach;
 mod endpoints;
 mod linkinfo;
 mod logging;
 mod metrics;
+mod netdev;
 mod paths;
 mod state;
 mod status;
@@ -93,7 +95,7 @@ fn main() -> ExitCode {
         Command::Status { json } => status::show(&cli.paths, json),
         Command::CheckConfig { files, print } => check_config(&cli.paths, &files, print),
         Command::Reload { pid } => daemon::request_reload(&cli.paths, pid),
-        Command::Detach { force } => attach::detach_all(&cli.paths, force).map(|()| ExitCode::SUCCESS),
+        Command::Detach { force } => detach::detach_all(&cli.paths, force).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -11,6 +11,7 @@ use crate::{
     attach::{self, Attachment, LiveLink, Mode},
     bigtcp,
     counters::{self, CounterRow},
+    netdev,
     paths::Paths,
     state::{self, Reload},
     tables::{Nat64Stats, SyncStats},
@@ -78,7 +79,7 @@ fn collect(paths: &Paths) -> Result<Status> {
     for r in recorded.bigtcp.iter().filter(|r| r.error.is_some()) {
         problems.push(format!("{}: BIG TCP: {}", r.device, r.error.as_deref().unwrap_or("")));
     }
-    let devices = attach::devices().unwrap_or_default();
+    let devices = netdev::devices().unwrap_or_default();
     for e in &recorded.endpoints {
         if !crate::endpoints::device_present(&devices, e) {
             problems.push(format!("pod {}: device {} is gone", e.endpoint.address, e.endpoint.host_device));

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `detach`: removes every link and filter v6node attached and every pin.
+//! A command of its own, above `state` (it refuses while an agent runs), so
+//! that attaching never depends on the state file.
+
+use std::{fs, io::ErrorKind};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{
+    attach::{detach_clsact, pinned_links, program_pin, Direction},
+    netdev,
+    paths::Paths,
+    state,
+};
+
+pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
+    if let Some(pid) = state::running_agent(paths) {
+        if !force {
+            bail!("the agent is running (pid {pid}) and would attach again; stop it first (systemctl stop v6node-dataplane) or pass --force");
+        }
+    }
+    let mut removed = 0;
+    for (device, direction, pin) in pinned_links(paths) {
+        let _ = fs::remove_file(program_pin(paths, &device, direction));
+        fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
+        println!("detached {device} {} (tcx link {})", direction.name(), pin.display());
+        removed += 1;
+    }
+    // clsact filters are found by their fixed priority and handle on every
+    // device, since no pin records them.
+    for device in netdev::devices()?.keys() {
+        for direction in Direction::ALL {
+            if detach_clsact(device, direction).is_ok() {
+                println!("detached {device} {} (clsact filter)", direction.name());
+                removed += 1;
+            }
+        }
+    }
+    for map in v6node_abi::maps::ALL {
+        let pin = paths.pin_dir.join(map);
+        match fs::remove_file(&pin) {
+            Ok(()) => println!("unpinned map {}", pin.display()),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", pin.display())),
+        }
+    }
+    // Program pins whose link pin is gone already (an interrupted detach).
+    if let Ok(entries) = fs::read_dir(paths.programs_dir()) {
+        for entry in entries.flatten() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    for dir in [paths.links_dir(), paths.programs_dir(), paths.pin_dir.clone()] {
+        match fs::remove_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {} (something else is pinned there?)", dir.display())),
+        }
+    }
+    let _ = fs::remove_file(paths.state_file());
+    println!("{removed} attachment(s) removed; {} is gone", paths.pin_dir.display());
+    Ok(())
+}
