@@ -30,7 +30,7 @@ use aya::{
 use serde::{Deserialize, Serialize};
 use v6node_config::AttachMode;
 
-use crate::{bpf, linkinfo, netdev, paths::Paths};
+use crate::{bpf, files, linkinfo, netdev, paths::Paths};
 
 /// cls_bpf priority and handle v6node's filters use in clsact mode; fixed so
 /// that a new agent finds and replaces the filters of the previous one. The
@@ -492,11 +492,7 @@ impl Attacher {
 
 /// Pins the program a link now runs beside the link, replacing the old pin.
 fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-    }
+    files::remove(path).with_context(|| format!("removing {}", path.display()))?;
     program.pin(path).with_context(|| format!("pinning {}", path.display()))
 }
 

@@ -29,7 +29,7 @@ use crate::{
     attach::{Attacher, Direction, Mode, Target, Wanted},
     bigtcp,
     endpoints::Endpoints,
-    logging, metrics, netdev,
+    files, logging, metrics, netdev,
     paths::Paths,
     state::{self, Reload, State},
     tables,
@@ -147,11 +147,7 @@ fn listen(paths: &Paths) -> Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     let socket = paths.endpoints_socket();
     std::fs::create_dir_all(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
-    match std::fs::remove_file(&socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing stale {}", socket.display())),
-    }
+    files::remove(&socket).with_context(|| format!("removing stale {}", socket.display()))?;
     let listener = UnixListener::bind(&socket).with_context(|| format!("listening on {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
@@ -369,10 +365,8 @@ impl Daemon {
     fn write_cni_config(&self, config: &Config) -> Result<Option<std::path::PathBuf>> {
         let path = self.paths.cni_conflist();
         let Some(prefix) = config.pods.prefix else {
-            match std::fs::remove_file(&path) {
-                Ok(()) => log::info!("pods.prefix unset: {} removed", path.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+            if files::remove(&path).with_context(|| format!("removing {}", path.display()))? {
+                log::info!("pods.prefix unset: {} removed", path.display());
             }
             return Ok(None);
         };
@@ -395,12 +389,8 @@ impl Daemon {
         if std::fs::read(&path).ok().as_deref() == Some(&text[..]) {
             return Ok(Some(path));
         }
-        std::fs::create_dir_all(&self.paths.cni_conf_dir)
-            .with_context(|| format!("creating {}", self.paths.cni_conf_dir.display()))?;
         // Runtimes watch this directory: they must never read half a file.
-        let tmp = self.paths.cni_conf_dir.join(".10-v6node.conflist.tmp");
-        std::fs::write(&tmp, &text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))?;
+        files::write_atomic(&path, &text, None)?;
         log::info!("CNI network configuration for pods in {prefix} written to {}", path.display());
         Ok(Some(path))
     }

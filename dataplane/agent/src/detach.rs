@@ -3,13 +3,13 @@
 //! A command of its own, above `state` (it refuses while an agent runs), so
 //! that attaching never depends on the state file.
 
-use std::{fs, io::ErrorKind};
+use std::fs;
 
 use anyhow::{bail, Context, Result};
 
 use crate::{
     attach::{detach_clsact, pinned_links, program_pin, Direction},
-    netdev,
+    files, netdev,
     paths::Paths,
     state,
 };
@@ -39,10 +39,8 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
     }
     for map in v6node_abi::maps::ALL {
         let pin = paths.pin_dir.join(map);
-        match fs::remove_file(&pin) {
-            Ok(()) => println!("unpinned map {}", pin.display()),
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {}", pin.display())),
+        if files::remove(&pin).with_context(|| format!("removing {}", pin.display()))? {
+            println!("unpinned map {}", pin.display());
         }
     }
     // Program pins whose link pin is gone already (an interrupted detach).
@@ -52,11 +50,7 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
         }
     }
     for dir in [paths.links_dir(), paths.programs_dir(), paths.pin_dir.clone()] {
-        match fs::remove_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {} (something else is pinned there?)", dir.display())),
-        }
+        files::remove_dir(&dir).with_context(|| format!("removing {} (something else is pinned there?)", dir.display()))?;
     }
     let _ = fs::remove_file(paths.state_file());
     println!("{removed} attachment(s) removed; {} is gone", paths.pin_dir.display());

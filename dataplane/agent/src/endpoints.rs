@@ -15,7 +15,7 @@ use v6node_api::{format_mac, Endpoint, EndpointState, PodDevice};
 
 use crate::{
     attach::{Direction, Target, Wanted},
-    bigtcp, netdev,
+    bigtcp, files, netdev,
     paths::Paths,
     state,
 };
@@ -93,11 +93,9 @@ impl Endpoints {
 
     fn save(&self, paths: &Paths) -> Result<()> {
         let file = paths.endpoints_file();
-        let tmp = file.with_extension("json.tmp");
         let mut bytes = serde_json::to_vec_pretty(&self.list())?;
         bytes.push(b'\n');
-        fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, &file).with_context(|| format!("renaming {}", tmp.display()))
+        files::write_atomic(&file, &bytes, None)
     }
 
     pub fn list(&self) -> Vec<EndpointState> {

@@ -8,6 +8,7 @@ mod counters;
 mod daemon;
 mod detach;
 mod endpoints;
+mod files;
 mod linkinfo;
 mod logging;
 mod metrics;

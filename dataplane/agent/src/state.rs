@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     attach::Attachment,
     attach::Mode,
-    bigtcp,
+    bigtcp, files,
     paths::Paths,
     tables::{Nat64Stats, SyncStats},
 };
@@ -71,14 +71,9 @@ pub fn now() -> u64 {
 }
 
 pub fn write(paths: &Paths, state: &State) -> Result<()> {
-    fs::create_dir_all(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
-    let file = paths.state_file();
-    let tmp = file.with_extension("json.tmp");
-    // One write: the file is rewritten after every change.
     let mut bytes = serde_json::to_vec_pretty(state)?;
     bytes.push(b'\n');
-    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, &file).with_context(|| format!("renaming {} to {}", tmp.display(), file.display()))
+    files::write_atomic(&paths.state_file(), &bytes, None)
 }
 
 pub fn read(paths: &Paths) -> Result<Option<State>> {

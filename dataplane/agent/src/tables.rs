@@ -163,13 +163,7 @@ pub fn write_dns64(file: &Path, prefix: &Ipv6Net) -> Result<bool> {
     if std::fs::read_to_string(file).is_ok_and(|old| old == text) {
         return Ok(false);
     }
-    let dir = file.parent().context("DNS64 file has no directory")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = file.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     // unbound runs as its own (dynamic) user; the unit's umask is 0077.
-    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .with_context(|| format!("chmod {}", tmp.display()))?;
-    std::fs::rename(&tmp, file).with_context(|| format!("renaming to {}", file.display()))?;
+    crate::files::write_atomic(file, text.as_bytes(), Some(0o644))?;
     Ok(true)
 }
