@@ -251,6 +251,71 @@ root_created_at_first_boot() {
     touch /etc/.v6node-write-test /var/.v6node-write-test && rm /etc/.v6node-write-test /var/.v6node-write-test
 }
 
+# disk_of DEVICE: the disk(s) under a partition or device-mapper device. /usr
+# (dm-verity over the usr partitions) is on the disk the node booted from.
+disk_of() { lsblk -s -l -n -o NAME,TYPE "$1" | awk '$2 == "disk" { print $1 }' | sort -u; }
+root_disk() { disk_of "$(findmnt -n -o SOURCE /)"; }
+usr_disk() { disk_of "$(findmnt -n -o SOURCE /usr)"; }
+
+root_on_the_boot_disk() {
+    local root usr
+    root=$(root_disk) usr=$(usr_disk)
+    echo "root on $root, /usr on $usr"
+    [[ -n "$root" && "$root" == "$usr" ]] || { lsblk -o NAME,SIZE,TYPE,PARTLABEL,MOUNTPOINTS; return 1; }
+    root_created_at_first_boot
+}
+
+# The disk was exactly the image's size: the root partition is the image's
+# own 1G, nothing was added, the node still has room to work.
+root_as_shipped() {
+    local disk_bytes root_bytes
+    disk_bytes=$(blockdev --getsize64 "/dev/$(root_disk)")
+    root_bytes=$(blockdev --getsize64 "$(findmnt -n -o SOURCE /)")
+    echo "disk $disk_bytes bytes (image $(cat "$creds/v6node.test.image-size")), root partition $root_bytes bytes"
+    df -h /
+    [[ $disk_bytes == "$(cat "$creds/v6node.test.image-size")" && $root_bytes == $((1024 ** 3)) ]]
+}
+
+blank_disk_untouched() {
+    local blank=/dev/disk/by-id/virtio-v6node-blank
+    [[ -b $blank ]] || { ls -l /dev/disk/by-id; return 1; }
+    echo "blank disk $(readlink -f "$blank"); root on /dev/$(root_disk)"
+    # Not partitioned, no file system, no signature of any kind; all zeros.
+    [[ -z "$(blkid -p "$blank")" && -z "$(lsblk -no NAME "$blank" | tail -n +2)" ]] || { blkid -p "$blank"; lsblk "$blank"; return 1; }
+    cmp -s -n $((64 * 1024 * 1024)) "$blank" /dev/zero || { echo "the blank disk's first 64 MiB were written"; return 1; }
+}
+
+# Written with dd over a 3G disk that held an old GPT: the node's table has
+# the image's partitions only, and root takes the rest of the disk.
+root_fills_reimaged_disk() {
+    local disk types root_bytes disk_bytes
+    disk=/dev/$(root_disk)
+    # The partition types on the disk: the image's four (ESP, /usr, its
+    # verity, root), none of the old table's (Linux data, swap).
+    types=$(lsblk -n -l -o PARTTYPE "$disk" | sed '/^$/d' | sort | paste -sd' ')
+    echo "partition types: $types"
+    [[ "$types" == "4f68bce3-e8cd-4db1-96e7-fbcaf984b709 77ff5f63-e7b6-4633-acf4-1565b864c0e6 8484680c-9521-48c6-9c11-b0720656f69e c12a7328-f81f-11d2-ba4b-00a0c93ec93b" ]] ||
+        { lsblk -o NAME,SIZE,PARTTYPENAME,LABEL "$disk"; return 1; }
+    ! blkid -t LABEL=old-system >/dev/null || { echo "the old file system is still visible"; return 1; }
+    disk_bytes=$(blockdev --getsize64 "$disk")
+    root_bytes=$(blockdev --getsize64 "$(findmnt -n -o SOURCE /)")
+    echo "disk $disk_bytes bytes, root partition $root_bytes bytes"
+    df -h /
+    ((disk_bytes == $(cat "$creds/v6node.test.disk-size"))) || return 1
+    # The image's ~1G before root plus the rest: root grew well past its
+    # shipped 1G, and so did its ext4.
+    ((root_bytes > 2 * 1024 ** 3 - 128 * 1024 ** 2)) || return 1
+    (($(df -B1 --output=size / | tail -n 1) > 3 * 1024 ** 3 / 2)) || { echo "ext4 did not grow"; return 1; }
+}
+
+# mkosi qemu runs the image on a 4G copy (RuntimeSize=): the image's 1G root
+# took the rest at first boot, file system included.
+root_grown_at_first_boot() {
+    root_created_at_first_boot || return 1
+    df -h /
+    (($(df -B1 --output=size / | tail -n 1) > 2 * 1024 ** 3)) || { lsblk -o NAME,SIZE,PARTTYPENAME; return 1; }
+}
+
 ssh_without_default_password() {
     systemctl is-active -q ssh.service || { systemctl status ssh.service; return 1; }
     # No usable password unless a credential set one: shadow field "!" or "!*" or "*".
@@ -494,7 +559,7 @@ default)
     pass_if "BIG TCP applied on $uplink by the agent, clamped to tso_max_size" bigtcp_on_uplink
     pass_if "BIG TCP via reload: 196608 and 524280 on veth, bad size refused" bigtcp_on_capable_device
     pass_if "/usr is read-only erofs under dm-verity" usr_read_only_verity
-    pass_if "root (/etc, /var) made by systemd-repart, writable" root_created_at_first_boot
+    pass_if "root (/etc, /var) grown by systemd-repart into the 4G disk, writable" root_grown_at_first_boot
     pass_if "sshd runs, root has no default password" ssh_without_default_password
     pass_if "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
     pass_if "v6node units are hardened (systemd-analyze security)" units_hardened
@@ -540,6 +605,18 @@ pods)
     ;;
 tampered)
     pass_if "a changed /usr block is refused by dm-verity" usr_tampering_detected
+    ;;
+as-built)
+    pass_if "root (/etc, /var) on the disk the node booted from" root_on_the_boot_disk
+    pass_if "on a disk the image's own size, root is the image's 1G" root_as_shipped
+    pass_if "the second, blank disk is left blank" blank_disk_untouched
+    pass_if "uplink $uplink has a SLAAC address from the router" uplink_slaac
+    pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
+    ;;
+reimaged)
+    pass_if "root (/etc, /var) on the disk the node booted from" root_on_the_boot_disk
+    pass_if "the old partition table is gone; root and its ext4 fill the disk" root_fills_reimaged_disk
+    pass_if "uplink $uplink has a SLAAC address from the router" uplink_slaac
     ;;
 *)
     pass_if "known scenario '$scenario'" false

@@ -21,14 +21,14 @@ guest_credential() {
     guest_credentials+=(-smbios "type=11,value=io.systemd.credential.binary:$1=$(printf '%s' "$2" | base64 -w0)")
 }
 
-# boot_with_script OUTDIR SCRIPT [MKOSI_OPTION...]: boots, waits for the guest
-# to power off (V6NODE_BOOT_TIMEOUT seconds at most), leaves console.log and
-# results (the port's output) in OUTDIR. Returns qemu's status (124: timeout).
-boot_with_script() {
-    local out=$1 script=$2 rc saved=("${guest_credentials[@]}")
-    shift 2
-    mkdir -p "$out"
-    rm -f "$out/results" "$out/console.log"
+# The boot arguments every test boot adds: start the test unit, and keep
+# timesyncd from waiting for servers the isolated network lacks.
+guest_test_cmdline="systemd.wants=v6node-test.service systemd.mask=systemd-timesyncd.service"
+
+# guest_test_credentials SCRIPT: the unit that runs SCRIPT once the boot is
+# done, and the script with the TAP helpers it needs (tests/lib.sh), so host
+# and guest tests share them.
+guest_test_credentials() {
     guest_credential systemd.extra-unit.v6node-test.service '[Unit]
 Description=v6node test script
 After=multi-user.target
@@ -39,22 +39,68 @@ ImportCredential=v6node.test.*
 ExecStart=/usr/bin/bash -c '\''exec bash "$CREDENTIALS_DIRECTORY/v6node.test.script"'\''
 StandardOutput=journal+console
 '
-    # The TAP helpers travel with the script, so host and guest tests share them.
-    guest_credential v6node.test.script "$(cat "$V6NODE_TOP/tests/lib.sh" "$script")"
+    guest_credential v6node.test.script "$(cat "$V6NODE_TOP/tests/lib.sh" "$1")"
+}
+
+# guest_results_port OUTDIR: the qemu options (in guest_port) of the virtio
+# port the guest's script writes its TAP lines to, kept in OUTDIR/results.
+guest_results_port() {
+    guest_port=(-device virtio-serial-pci -chardev "file,id=v6nodetest,path=$1/results"
+        -device "virtserialport,chardev=v6nodetest,name=org.v6node.test")
+}
+
+# boot_with_script OUTDIR SCRIPT [MKOSI_OPTION...]: boots, waits for the guest
+# to power off (V6NODE_BOOT_TIMEOUT seconds at most), leaves console.log and
+# results (the port's output) in OUTDIR. Returns qemu's status (124: timeout).
+boot_with_script() {
+    local out=$1 script=$2 rc saved=("${guest_credentials[@]}")
+    shift 2
+    mkdir -p "$out"
+    rm -f "$out/results" "$out/console.log"
+    guest_test_credentials "$script"
+    guest_results_port "$out"
     # mkosi reopens its stdout for qemu without O_APPEND; a pipe keeps the
     # firmware's, mkosi's and the kernel's lines from overwriting each other.
     ${guest_netns:+ip netns exec "$guest_netns"} \
         timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" "$V6NODE_TOP/scripts/mkosi" "$@" \
-        --kernel-command-line-extra="systemd.wants=v6node-test.service systemd.mask=systemd-timesyncd.service" \
+        --kernel-command-line-extra="$guest_test_cmdline" \
         qemu \
         "${guest_credentials[@]}" \
         "${guest_network[@]}" \
-        -device virtio-serial-pci \
-        -chardev "file,id=v6nodetest,path=$out/results" \
-        -device "virtserialport,chardev=v6nodetest,name=org.v6node.test" \
+        "${guest_port[@]}" \
         </dev/null 2>&1 | cat >"$out/console.log"
     rc=${PIPESTATUS[0]}
     # The unit and script belong to this boot only; callers may boot again.
+    guest_credentials=("${saved[@]}")
+    touch "$out/results"
+    return "$rc"
+}
+
+# boot_disks_with_script OUTDIR SCRIPT QEMU_DRIVE_OPTION...: the same, but the
+# way "any UEFI VM" boots the image: this host's own qemu and OVMF firmware
+# (not mkosi's), the disks exactly as the caller gives them (the first one
+# boots), the test's boot arguments through systemd-stub's SMBIOS credential
+# (io.systemd.stub.kernel-cmdline-extra), as mkosi itself passes them.
+boot_disks_with_script() {
+    local out=$1 script=$2 rc saved=("${guest_credentials[@]}")
+    shift 2
+    mkdir -p "$out"
+    rm -f "$out/results" "$out/console.log"
+    guest_test_credentials "$script"
+    guest_results_port "$out"
+    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$out/efivars.fd"
+    ${guest_netns:+ip netns exec "$guest_netns"} \
+        timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" qemu-system-x86_64 \
+        -machine q35 -accel tcg -smp 2 -m 2G -nographic -nodefaults -serial stdio \
+        -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd \
+        -drive "if=pflash,format=raw,unit=1,file=$out/efivars.fd" \
+        -smbios "type=11,value=io.systemd.stub.kernel-cmdline-extra=$guest_test_cmdline" \
+        "${guest_credentials[@]}" \
+        "${guest_network[@]}" \
+        "${guest_port[@]}" \
+        "$@" \
+        </dev/null >"$out/console.log" 2>&1
+    rc=$?
     guest_credentials=("${saved[@]}")
     touch "$out/results"
     return "$rc"
