@@ -72,6 +72,7 @@ pub struct Config {
     pub filter: Filter,
     pub nat64: Nat64,
     pub pods: Pods,
+    pub kubernetes: Kubernetes,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -261,6 +262,21 @@ keywords!(PodDevice, "pod device", {
 
 /// Pod prefixes must leave room for a node's pods and be plain unicast.
 pub const POD_PREFIX_MAX_LEN: u8 = 120;
+
+/// Following the Kubernetes API (Nodes: pod prefixes and routes to peers).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
+pub struct Kubernetes {
+    /// The agent's own kubeconfig; `None`: the agent does not follow the API
+    /// and `pods.prefix` comes from configuration alone.
+    #[serde(serialize_with = "serialize_optional_displayed_path")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's Node name; empty: the host name, as kubelet takes it.
+    pub node_name: String,
+}
+
+fn serialize_optional_displayed_path<S: Serializer>(value: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    serialize_optional_displayed(&value.as_ref().map(|p| p.display().to_string()), s)
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
 pub struct Metrics {

@@ -314,7 +314,7 @@ fn serialize_round_trip() {
 
 #[test]
 fn unknown_keys() {
-    bad("foo = 1", "foo", "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, metrics, log");
+    bad("foo = 1", "foo", "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, kubernetes, metrics, log");
     bad("[foo]", "foo", "unknown key `foo`");
     bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");
     bad("attach.device = []", "attach.device", "expected one of devices, mode");
@@ -619,6 +619,19 @@ fn pods_prefix_and_device() {
     assert_eq!(Config::default().pods.prefix, None);
     assert_eq!(Config::default().pods.device, PodDevice::Auto);
     assert_eq!(ok("[pods]\nprefix = \"\"\n").pods.prefix, None);
+}
+
+#[test]
+fn kubernetes_kubeconfig_and_node_name() {
+    assert_eq!(Config::default().kubernetes.kubeconfig, None, "off unless configured");
+    let c = ok("[kubernetes]\nkubeconfig = \"/etc/kubernetes/v6node-dataplane.conf\"\nnode_name = \"node-1.rack-2\"\n");
+    assert_eq!(c.kubernetes.kubeconfig, Some("/etc/kubernetes/v6node-dataplane.conf".into()));
+    assert_eq!(c.kubernetes.node_name, "node-1.rack-2");
+    assert_eq!(ok("[kubernetes]\nkubeconfig = \"\"\n").kubernetes.kubeconfig, None);
+    bad("[kubernetes]\nkubeconfig = \"kubelet.conf\"\n", "kubernetes.kubeconfig", "is not an absolute path");
+    bad("[kubernetes]\nnode_name = \"Node_1\"\n", "kubernetes.node_name", "is not a Node name");
+    bad("[kubernetes]\nnode_name = \"-a\"\n", "kubernetes.node_name", "is not a Node name");
+    bad("[kubernetes]\nserver = \"https://[::1]:6443\"\n", "kubernetes.server", "unknown key");
 }
 
 #[test]

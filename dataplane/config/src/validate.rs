@@ -17,7 +17,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(crate) fn build(m: &Merged) -> Result<Config> {
     let v = Validator { m };
     let root = &m.table;
-    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "pods", "metrics", "log"])?;
+    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "pods", "kubernetes", "metrics", "log"])?;
     let mut cfg = Config::default();
 
     if let Some(t) = v.section(root, "attach", &["devices", "mode"])? {
@@ -67,6 +67,30 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
         if let Some(s) = v.string(t, "pods.device")? {
             cfg.pods.device = s.parse().map_err(|r| v.err("pods.device", r))?;
+        }
+    }
+
+    if let Some(t) = v.section(root, "kubernetes", &["kubeconfig", "node_name"])? {
+        if let Some(s) = v.string(t, "kubernetes.kubeconfig")? {
+            cfg.kubernetes.kubeconfig = match s {
+                "" => None,
+                s if s.starts_with('/') => Some(s.into()),
+                s => return Err(v.err("kubernetes.kubeconfig", format!("{s:?} is not an absolute path"))),
+            };
+        }
+        if let Some(s) = v.string(t, "kubernetes.node_name")? {
+            // A Node's name is a DNS subdomain (RFC 1123): what kubelet registers.
+            let valid = s.len() <= 253
+                && s.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                });
+            if !s.is_empty() && !valid {
+                return Err(v.err("kubernetes.node_name", format!("{s:?} is not a Node name (lower-case RFC 1123 subdomain)")));
+            }
+            cfg.kubernetes.node_name = s.to_string();
         }
     }
 
