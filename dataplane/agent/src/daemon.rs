@@ -2,12 +2,12 @@
 //! `run`: the long-lived agent. Applies the configuration, tells systemd it
 //! is ready, then follows reloads (SIGHUP), device changes (netlink) and the
 //! watchdog until SIGTERM. Stopping never detaches: the pins keep the
-//! dataplane running until `detach`.
+//! dataplane running until `detach`. v6node-cni's requests arrive through
+//! the same loop (`endpoint_api`).
 
 use std::{
     collections::BTreeMap,
     future::pending,
-    process::ExitCode,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -17,13 +17,13 @@ use futures::StreamExt;
 use rtnetlink::{constants::RTMGRP_LINK, sys::AsyncSocket, sys::SocketAddr, Handle};
 use sd_notify::NotifyState;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{UnixListener, UnixStream},
     signal::unix::{signal, SignalKind},
     task::JoinHandle,
     time::{interval, sleep_until, Instant as TokioInstant, MissedTickBehavior},
 };
 use v6node_config::{Config, LoadedConfig};
+
+mod endpoint_api;
 
 use crate::{
     attach::{Attacher, Direction, Mode, Target, Wanted},
@@ -61,9 +61,6 @@ struct Daemon {
     metrics: Option<(String, JoinHandle<()>)>,
 }
 
-/// A CNI call waits on the agent; one that stalls must not stall the agent.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
 pub fn run(paths: &Paths) -> Result<()> {
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -85,7 +82,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     for gone in endpoints.prune(&paths)? {
         log::info!("pod {} ({}) is gone: endpoint removed", gone.endpoint.address, gone.endpoint.host_device);
     }
-    let listener = listen(&paths)?;
+    let listener = endpoint_api::listen(&paths)?;
     let state = State {
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
@@ -140,17 +137,6 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     notify(&[NotifyState::Stopping, NotifyState::Status("stopped; the dataplane stays attached")]);
     log::info!("stopping; programs stay attached through their pins");
     Ok(())
-}
-
-/// The endpoint API socket, root's only.
-fn listen(paths: &Paths) -> Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    let socket = paths.endpoints_socket();
-    std::fs::create_dir_all(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
-    files::remove(&socket).with_context(|| format!("removing stale {}", socket.display()))?;
-    let listener = UnixListener::bind(&socket).with_context(|| format!("listening on {}", socket.display()))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
 }
 
 /// Pins must live on a bpffs; anywhere else BPF_OBJ_PIN fails with a
@@ -279,122 +265,6 @@ impl Daemon {
         self.reconcile_devices().await;
     }
 
-    /// Answers one endpoint API request from v6node-cni.
-    async fn serve(&mut self, mut stream: UnixStream) {
-        let mut body = Vec::new();
-        let read =
-            tokio::time::timeout(REQUEST_TIMEOUT, (&mut stream).take(v6node_api::MAX_MESSAGE).read_to_end(&mut body)).await;
-        let response = match read {
-            Err(_) => v6node_api::Response::error("timed out reading the request"),
-            Ok(Err(e)) => v6node_api::Response::error(format!("reading the request: {e}")),
-            Ok(Ok(_)) => match serde_json::from_slice::<v6node_api::Request>(&body) {
-                Err(e) => v6node_api::Response::error(format!("malformed request: {e}")),
-                Ok(request) => self.handle(request).await,
-            },
-        };
-        let mut answer = serde_json::to_vec(&response).unwrap_or_default();
-        answer.push(b'\n');
-        let _ = tokio::time::timeout(REQUEST_TIMEOUT, stream.write_all(&answer)).await;
-    }
-
-    async fn handle(&mut self, request: v6node_api::Request) -> v6node_api::Response {
-        use v6node_api::{Request, Response};
-        match request {
-            Request::List => Response::ok(self.endpoints.list()),
-            Request::Add(endpoint) => {
-                let (container_id, ifname) = (endpoint.container_id.clone(), endpoint.ifname.clone());
-                let host_device = endpoint.host_device.clone();
-                let size = self.loaded.config.bigtcp.size;
-                let added = match self.endpoints.add(&self.paths, &self.netlink, endpoint, size).await {
-                    Ok(added) => added,
-                    Err(e) => return Response::error(format!("{e:#}")),
-                };
-                self.endpoints_changed().await;
-                let failed: Vec<String> = self
-                    .state
-                    .lock()
-                    .expect("state lock")
-                    .attachments
-                    .iter()
-                    .filter(|a| a.device == host_device)
-                    .filter_map(|a| a.error.as_ref().map(|e| format!("{} {}: {e}", a.device, a.direction.name())))
-                    .collect();
-                if !failed.is_empty() {
-                    // Half a pod is worse than none: take it out again.
-                    let _ = self.endpoints.del(&self.paths, &container_id, &ifname);
-                    self.endpoints_changed().await;
-                    return Response::error(failed.join("; "));
-                }
-                log::info!(
-                    "pod {} added: {} on {} ({}), BIG TCP {}",
-                    added.endpoint.pod.as_deref().unwrap_or(&added.endpoint.container_id),
-                    added.endpoint.address,
-                    added.endpoint.host_device,
-                    added.endpoint.device.as_str(),
-                    added.bigtcp.map_or("off".into(), |b| b.to_string()),
-                );
-                Response::ok(vec![added])
-            }
-            Request::Del { container_id, ifname } => match self.endpoints.del(&self.paths, &container_id, &ifname) {
-                Ok(removed) => {
-                    if let Some(old) = &removed {
-                        log::info!(
-                            "pod {} deleted: {} on {}",
-                            old.endpoint.pod.as_deref().unwrap_or(&container_id),
-                            old.endpoint.address,
-                            old.endpoint.host_device
-                        );
-                        self.endpoints_changed().await;
-                    }
-                    Response::ok(removed.into_iter().collect())
-                }
-                Err(e) => Response::error(format!("{e:#}")),
-            },
-        }
-    }
-
-    async fn endpoints_changed(&mut self) {
-        let list = self.endpoints.list();
-        self.update(|s| s.endpoints = list);
-        self.reconcile_devices().await;
-    }
-
-    /// Writes the CNI network configuration once the pod prefix is known and
-    /// removes it when the prefix goes: the runtime reports the pod network
-    /// ready exactly while it exists.
-    fn write_cni_config(&self, config: &Config) -> Result<Option<std::path::PathBuf>> {
-        let path = self.paths.cni_conflist();
-        let Some(prefix) = config.pods.prefix else {
-            if files::remove(&path).with_context(|| format!("removing {}", path.display()))? {
-                log::info!("pods.prefix unset: {} removed", path.display());
-            }
-            return Ok(None);
-        };
-        // cniVersions (CNI 1.1) lets a 1.1 runtime use STATUS and GC;
-        // cniVersion is what older runtimes read: containerd 1.7, the node's,
-        // knows results up to 1.0.0 only and refuses a 1.1.0 one.
-        let conflist = serde_json::json!({
-            "cniVersion": "1.0.0",
-            "cniVersions": ["1.0.0", "1.1.0"],
-            "name": "v6node",
-            "plugins": [{
-                "type": "v6node-cni",
-                "podCIDR": prefix.to_string(),
-                "device": config.pods.device.as_str(),
-                "agentSocket": self.paths.endpoints_socket(),
-            }],
-        });
-        let mut text = serde_json::to_vec_pretty(&conflist)?;
-        text.push(b'\n');
-        if std::fs::read(&path).ok().as_deref() == Some(&text[..]) {
-            return Ok(Some(path));
-        }
-        // Runtimes watch this directory: they must never read half a file.
-        files::write_atomic(&path, &text, None)?;
-        log::info!("CNI network configuration for pods in {prefix} written to {}", path.display());
-        Ok(Some(path))
-    }
-
     /// Applies a validated configuration. Tables first, then attachments,
     /// then device tuning, so a newly attached device filters from its first
     /// packet.
@@ -427,10 +297,10 @@ impl Daemon {
         };
         // Every node resolves with DNS64 under the cluster's prefix, whether
         // or not it translates itself.
-        if tables::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {
+        if files::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
-        let cni_config = self.write_cni_config(config)?;
+        let cni_config = files::write_cni_conflist(&self.paths, config)?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
             s.cni_config = cni_config;
@@ -515,38 +385,4 @@ impl Daemon {
             });
         }
     }
-}
-
-/// `reload`: SIGHUP to the agent, then wait until it has recorded the outcome.
-pub fn request_reload(paths: &Paths, pid: Option<i32>) -> Result<ExitCode> {
-    let before = state::read(paths)?.map_or(0, |s| s.reloads);
-    let pid = match pid {
-        Some(pid) => pid,
-        None => state::running_agent(paths).context("no running agent found (is v6node-dataplane.service active?)")? as i32,
-    };
-    // SAFETY: plain kill(2).
-    if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("signalling pid {pid}"));
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if let Some(state) = state::read(paths)? {
-            if state.reloads > before {
-                let reload = state.last_reload.unwrap_or_default();
-                return Ok(if reload.ok {
-                    println!("reloaded: generation {} applied in {:.1} ms", state.generation, reload.duration_ms);
-                    ExitCode::SUCCESS
-                } else {
-                    eprintln!(
-                        "reload refused, generation {} stays in force: {}",
-                        state.generation,
-                        reload.error.unwrap_or_default()
-                    );
-                    ExitCode::FAILURE
-                });
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    bail!("the agent did not answer the reload within 120 s")
 }

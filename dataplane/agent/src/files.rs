@@ -1,12 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Writing and removing the agent's files. Whatever the agent writes is read
-//! by others at any moment (`status`, container runtimes watching the CNI
-//! directory, the path unit that reloads DNS64), so a file is replaced whole
+//! The files the agent writes for others: the CNI network configuration
+//! (container runtimes), the DNS64 prefix (unbound), and, through
+//! `write_atomic`, its state file and endpoint records (`status`, the next
+//! agent). Each is read by someone at any moment, so each is replaced whole
 //! or not at all.
 
-use std::{ffi::OsString, fs, io, os::unix::fs::PermissionsExt, path::Path};
+use std::{
+    ffi::OsString,
+    fs, io,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context, Result};
+use ipnet::Ipv6Net;
+use v6node_config::Config;
+
+use crate::paths::Paths;
 
 /// Replaces `path` with `bytes`: readers see the old file or the new one,
 /// never part of one. The bytes go to `.<name>.tmp` beside it first (rename
@@ -48,6 +58,57 @@ fn gone_is_fine(result: io::Result<()>) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Writes the CNI network configuration once the pod prefix is known and
+/// removes it when the prefix goes: the runtime reports the pod network
+/// ready exactly while it exists.
+pub fn write_cni_conflist(paths: &Paths, config: &Config) -> Result<Option<PathBuf>> {
+    let path = paths.cni_conflist();
+    let Some(prefix) = config.pods.prefix else {
+        if remove(&path).with_context(|| format!("removing {}", path.display()))? {
+            log::info!("pods.prefix unset: {} removed", path.display());
+        }
+        return Ok(None);
+    };
+    // cniVersions (CNI 1.1) lets a 1.1 runtime use STATUS and GC;
+    // cniVersion is what older runtimes read: containerd 1.7, the node's,
+    // knows results up to 1.0.0 only and refuses a 1.1.0 one.
+    let conflist = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "cniVersions": ["1.0.0", "1.1.0"],
+        "name": "v6node",
+        "plugins": [{
+            "type": "v6node-cni",
+            "podCIDR": prefix.to_string(),
+            "device": config.pods.device.as_str(),
+            "agentSocket": paths.endpoints_socket(),
+        }],
+    });
+    let mut text = serde_json::to_vec_pretty(&conflist)?;
+    text.push(b'\n');
+    if fs::read(&path).ok().as_deref() == Some(&text[..]) {
+        return Ok(Some(path));
+    }
+    // Runtimes watch this directory: they must never read half a file.
+    write_atomic(&path, &text, None)?;
+    log::info!("CNI network configuration for pods in {prefix} written to {}", path.display());
+    Ok(Some(path))
+}
+
+/// Writes the DNS64 resolver's prefix (an unbound `server:` clause) when it
+/// differs from what is there, so the resolver synthesizes addresses under
+/// the prefix the translator serves and a path unit reloads it only on change.
+pub fn write_dns64(file: &Path, prefix: &Ipv6Net) -> Result<bool> {
+    let text = format!(
+        "# Written by v6node-dataplane from nat64.prefix; included by v6node-dns64.service.\nserver:\n    dns64-prefix: {prefix}\n"
+    );
+    if fs::read_to_string(file).is_ok_and(|old| old == text) {
+        return Ok(false);
+    }
+    // unbound runs as its own (dynamic) user; the unit's umask is 0077.
+    write_atomic(file, text.as_bytes(), Some(0o644))?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod logging;
 mod metrics;
 mod netdev;
 mod paths;
+mod reload;
 mod state;
 mod status;
 mod tables;
@@ -95,7 +96,7 @@ fn main() -> ExitCode {
         Command::Run => daemon::run(&cli.paths).map(|()| ExitCode::SUCCESS),
         Command::Status { json } => status::show(&cli.paths, json),
         Command::CheckConfig { files, print } => check_config(&cli.paths, &files, print),
-        Command::Reload { pid } => daemon::request_reload(&cli.paths, pid),
+        Command::Reload { pid } => reload::request_reload(&cli.paths, pid),
         Command::Detach { force } => detach::detach_all(&cli.paths, force).map(|()| ExitCode::SUCCESS),
     };
     match result {

@@ -152,18 +152,3 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats })
 }
-
-/// Writes the DNS64 resolver's prefix (an unbound `server:` clause) when it
-/// differs from what is there, so the resolver synthesizes addresses under
-/// the prefix the translator serves and a path unit reloads it only on change.
-pub fn write_dns64(file: &Path, prefix: &Ipv6Net) -> Result<bool> {
-    let text = format!(
-        "# Written by v6node-dataplane from nat64.prefix; included by v6node-dns64.service.\nserver:\n    dns64-prefix: {prefix}\n"
-    );
-    if std::fs::read_to_string(file).is_ok_and(|old| old == text) {
-        return Ok(false);
-    }
-    // unbound runs as its own (dynamic) user; the unit's umask is 0077.
-    crate::files::write_atomic(file, text.as_bytes(), Some(0o644))?;
-    Ok(true)
-}
