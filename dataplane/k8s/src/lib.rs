@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The agent's Kubernetes side, kept out of the CNI plugin, the config crate
+//! and the BPF tests: a watch keeps a store of the cluster's objects
+//! ([`watch`]), and pure functions turn the store into what this node should
+//! have ([`cluster`]). The agent stays the one writer of routes and maps.
+
+pub mod cluster;
+pub mod watch;
+
+pub use cluster::{ClusterView, NodeProblem, Peer};
+pub use watch::{ApiState, NodeWatch, Settings};
