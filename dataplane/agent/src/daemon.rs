@@ -28,6 +28,7 @@ mod endpoint_api;
 use crate::{
     attach::{Attacher, Direction, Mode, Target, Wanted},
     bigtcp,
+    cluster::{self, Cluster},
     endpoints::Endpoints,
     files, logging, metrics, netdev,
     paths::Paths,
@@ -59,6 +60,8 @@ struct Daemon {
     attacher: Attacher,
     endpoints: Endpoints,
     metrics: Option<(String, JoinHandle<()>)>,
+    /// Following the Kubernetes API, while kubernetes.kubeconfig is set.
+    cluster: Option<Cluster>,
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -97,6 +100,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         attacher,
         endpoints,
         metrics: None,
+        cluster: None,
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -114,10 +118,17 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut watchdog =
         sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
     let mut settle_at: Option<TokioInstant> = None;
+    let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
 
     loop {
         tokio::select! {
-            _ = hangup.recv() => daemon.reload().await,
+            _ = hangup.recv() => {
+                daemon.reload().await;
+                cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
+            }
+            _ = async { match cluster_changes.as_mut() { Some(rx) => rx.changed().await.unwrap_or(()), None => pending().await } } => {
+                daemon.reconcile_cluster().await;
+            }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
             Some(_) = events.next() => {
@@ -263,6 +274,58 @@ impl Daemon {
             Err(e) => log::error!("checking endpoints: {e:#}"),
         }
         self.reconcile_devices().await;
+        self.reconcile_cluster().await;
+    }
+
+    /// Routes to the other nodes' pods and this node's pod prefix, from the
+    /// cluster view. Called on every change the watch reports and at resync.
+    async fn reconcile_cluster(&mut self) {
+        let Some(cluster) = &self.cluster else { return };
+        let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();
+        let next = cluster.reconcile(&self.netlink, &previous).await;
+        let cni_config = match files::write_cni_conflist(&self.paths, &self.effective(&self.loaded.config)) {
+            Ok(written) => written,
+            Err(e) => {
+                log::error!("{e:#}");
+                self.state.lock().expect("state lock").cni_config.clone()
+            }
+        };
+        let same = {
+            let state = self.state.lock().expect("state lock");
+            state.cluster.as_ref() == Some(&next) && state.cni_config == cni_config
+        };
+        if !same {
+            self.update(|s| {
+                s.cluster = Some(next);
+                s.cni_config = cni_config;
+            });
+        }
+    }
+
+    /// The configuration with what the cluster says in place: this node's
+    /// pod prefix is its Node's, once the API has told it.
+    fn effective(&self, config: &Config) -> Config {
+        let mut config = config.clone();
+        if let Some(prefix) = self.cluster.as_ref().and_then(Cluster::pod_prefix) {
+            if config.pods.prefix.is_some_and(|p| p != prefix) {
+                log::debug!("pods.prefix {} from configuration yields to the Node's {prefix}", config.pods.prefix.unwrap());
+            }
+            config.pods.prefix = Some(prefix);
+        }
+        config
+    }
+
+    /// Starts, restarts or stops following the API as kubernetes.* says.
+    fn apply_kubernetes(&mut self, config: &Config) {
+        let settings = cluster::settings(&config.kubernetes);
+        if self.cluster.as_ref().map(Cluster::settings) == settings.as_ref() {
+            return;
+        }
+        if settings.is_none() && self.cluster.is_some() {
+            log::info!("kubernetes.kubeconfig unset: no longer following the API; routes to peers stay as they are");
+        }
+        self.cluster = settings.map(Cluster::start);
+        self.update(|s| s.cluster = None);
     }
 
     /// Applies a validated configuration. Tables first, then attachments,
@@ -300,7 +363,8 @@ impl Daemon {
         if files::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
-        let cni_config = files::write_cni_conflist(&self.paths, config)?;
+        self.apply_kubernetes(config);
+        let cni_config = files::write_cni_conflist(&self.paths, &self.effective(config))?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
             s.cni_config = cni_config;

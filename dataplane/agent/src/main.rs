@@ -4,6 +4,7 @@
 mod attach;
 mod bigtcp;
 mod bpf;
+mod cluster;
 mod counters;
 mod daemon;
 mod detach;
@@ -15,6 +16,7 @@ mod metrics;
 mod netdev;
 mod paths;
 mod reload;
+mod routes;
 mod state;
 mod status;
 mod tables;

@@ -47,6 +47,9 @@ pub struct State {
     /// The CNI network configuration written for pods.prefix, if any.
     #[serde(default)]
     pub cni_config: Option<PathBuf>,
+    /// The Kubernetes side; None unless kubernetes.kubeconfig is set.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterState>,
     pub metrics: Metrics,
 }
 

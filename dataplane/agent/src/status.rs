@@ -33,6 +33,8 @@ struct Status {
     /// The translator's prefix and mappings; null while it is off.
     nat64: Option<Nat64Stats>,
     pods: Pods,
+    /// The Kubernetes side; null unless kubernetes.kubeconfig is set.
+    cluster: Option<crate::cluster::ClusterState>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
 }
@@ -110,6 +112,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         deny_sources: recorded.deny_sources,
         nat64: recorded.nat64,
         pods: Pods { cni_config: recorded.cni_config, endpoints: recorded.endpoints },
+        cluster: recorded.cluster,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -237,6 +240,9 @@ fn human(status: &Status) -> String {
     if !rows.is_empty() {
         table(&mut out, &["POD", "DEVICE", "ADDRESS", "MODE", "BIG_TCP"], &rows);
     }
+    if let Some(cluster) = &status.cluster {
+        cluster_section(&mut out, cluster);
+    }
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status
         .counters
@@ -252,6 +258,45 @@ fn human(status: &Status) -> String {
         }
     }
     out
+}
+
+fn cluster_section(out: &mut String, cluster: &crate::cluster::ClusterState) {
+    let api = &cluster.api;
+    let connection = match (api.connected, &api.error) {
+        (true, _) => "connected".to_string(),
+        (false, Some(e)) => format!("not connected: {e}"),
+        (false, None) => "connecting".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "\ncluster:     node {} via {} ({connection}; {} connection(s))",
+        cluster.node,
+        api.server.as_deref().unwrap_or("?"),
+        api.connects
+    );
+    let prefixes: Vec<String> = cluster.pod_prefixes.iter().map(ToString::to_string).collect();
+    let _ = writeln!(out, "pod prefix:  {}", if prefixes.is_empty() { "not known yet".into() } else { prefixes.join(", ") });
+    let rows: Vec<Vec<String>> = cluster
+        .peers
+        .iter()
+        .flat_map(|p| {
+            p.routes.iter().map(|r| {
+                vec![
+                    p.name.clone(),
+                    p.address.to_string(),
+                    r.prefix.to_string(),
+                    format!("{:?}", r.state).to_lowercase(),
+                    r.error.clone().unwrap_or_default(),
+                ]
+            })
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(out, &["PEER", "ADDRESS", "POD_PREFIX", "ROUTE", "WHY"], &rows);
+    }
+    for problem in &cluster.problems {
+        let _ = writeln!(out, "  node {}: {}", problem.node, problem.reason);
+    }
 }
 
 pub fn show(paths: &Paths, json: bool) -> Result<ExitCode> {

@@ -94,11 +94,9 @@ impl NodeWatch {
         &self.settings
     }
 
-    /// Waits until the store or the connection state changed.
-    pub async fn changed(&mut self) {
-        if self.changes.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+    /// A receiver that is told when the store or the connection changed.
+    pub fn subscribe(&self) -> signal::Receiver<()> {
+        self.changes.clone()
     }
 
     pub fn api_state(&self) -> ApiState {

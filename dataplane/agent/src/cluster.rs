@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The agent's room for the Kubernetes side: the Node watch (`v6node-k8s`)
+//! gives the desired cluster view, this turns it into routes (`routes.rs`)
+//! and this node's pod prefix, and reports both for `status`. Nothing here is
+//! torn down when the API goes away: the view is the last complete one.
+
+use std::net::Ipv6Addr;
+
+use ipnet::Ipv6Net;
+use rtnetlink::Handle;
+use serde::{Deserialize, Serialize};
+use v6node_k8s::{ApiState, NodeProblem, NodeWatch, Settings};
+
+use crate::routes::{self, PeerRoute, RouteStats};
+
+/// The cluster as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub node: String,
+    pub api: ApiState,
+    /// This node's pod prefixes from its Node's `spec.podCIDRs`.
+    pub pod_prefixes: Vec<Ipv6Net>,
+    pub peers: Vec<PeerState>,
+    /// Nodes or fields that were refused, with the reason.
+    pub problems: Vec<NodeProblem>,
+    /// What the last route sync did.
+    pub routes: RouteStats,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerState {
+    pub name: String,
+    pub address: Ipv6Addr,
+    pub routes: Vec<PeerRoute>,
+}
+
+/// What `[kubernetes]` asks for; `None` while no kubeconfig is named.
+pub fn settings(config: &v6node_config::Kubernetes) -> Option<Settings> {
+    let kubeconfig = config.kubeconfig.clone()?;
+    let node_name = match config.node_name.as_str() {
+        // kubelet's default Node name: the host name, lower case.
+        "" => host_name().to_lowercase(),
+        name => name.to_string(),
+    };
+    Some(Settings { kubeconfig, node_name })
+}
+
+/// From uname(2): the unit's ProcSubset=pid hides /proc/sys/kernel/hostname.
+fn host_name() -> String {
+    // SAFETY: uname fills the zeroed struct; nodename is NUL-terminated.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return String::new();
+    }
+    unsafe { std::ffi::CStr::from_ptr(name.nodename.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+pub struct Cluster {
+    watch: NodeWatch,
+}
+
+impl Cluster {
+    pub fn start(settings: Settings) -> Self {
+        log::info!("following the Kubernetes API as node {} (kubeconfig {})", settings.node_name, settings.kubeconfig.display());
+        Cluster { watch: NodeWatch::start(settings) }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        self.watch.settings()
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<()> {
+        self.watch.subscribe()
+    }
+
+    /// This node's first IPv6 pod prefix, once the API has told it.
+    pub fn pod_prefix(&self) -> Option<Ipv6Net> {
+        self.watch.view()?.local_prefixes?.first().copied()
+    }
+
+    /// Brings v6node's routes in line with the view. Before the first
+    /// complete list of Nodes, routes are left exactly as they are.
+    pub async fn reconcile(&self, netlink: &Handle, previous: &ClusterState) -> ClusterState {
+        let api = self.watch.api_state();
+        let node = self.settings().node_name.clone();
+        let Some(view) = self.watch.view() else {
+            return ClusterState { node, api, ..previous.clone() };
+        };
+        let wanted: Vec<routes::Wanted> = view
+            .peers
+            .iter()
+            .flat_map(|p| {
+                p.pod_prefixes.iter().map(|prefix| routes::Wanted { prefix: *prefix, via: p.address, peer: p.name.clone() })
+            })
+            .collect();
+        let (installed, stats) = match routes::sync(netlink, &wanted).await {
+            Ok(done) => done,
+            Err(e) => {
+                log::error!("syncing routes to {} peer(s): {e:#}", view.peers.len());
+                return ClusterState { node, api, problems: view.problems, ..previous.clone() };
+            }
+        };
+        if stats.added + stats.changed + stats.removed > 0 {
+            log::info!(
+                "routes to peers: {} installed ({} added, {} changed, {} removed), {} refused",
+                stats.installed,
+                stats.added,
+                stats.changed,
+                stats.removed,
+                stats.refused
+            );
+        }
+        for problem in &view.problems {
+            if !previous.problems.contains(problem) {
+                log::warn!("node {}: {}", problem.node, problem.reason);
+            }
+        }
+        let peers = view
+            .peers
+            .iter()
+            .map(|p| PeerState {
+                name: p.name.clone(),
+                address: p.address,
+                routes: installed.iter().filter(|r| r.peer == p.name).cloned().collect(),
+            })
+            .collect();
+        ClusterState {
+            node,
+            api,
+            pod_prefixes: view.local_prefixes.unwrap_or_default(),
+            peers,
+            problems: view.problems,
+            routes: stats,
+        }
+    }
+}
