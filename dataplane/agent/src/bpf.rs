@@ -4,7 +4,11 @@
 use std::{borrow::Cow, path::Path};
 
 use anyhow::{Context, Result};
-use aya::{programs::SchedClassifier, Ebpf, EbpfLoader};
+use aya::{
+    maps::{Map, MapData, MapError},
+    programs::SchedClassifier,
+    Ebpf, EbpfLoader,
+};
 
 /// Entry object for the node's own devices (bpf/host.bpf.c).
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
@@ -82,6 +86,15 @@ fn load_retrying(program: &mut SchedClassifier) -> Result<(), aya::programs::Pro
             result => return result,
         }
     }
+}
+
+/// Opens the map pinned as `name` under `pin_dir` as `T` (say
+/// `HashMap<MapData, K, V>`); an error names the pin.
+pub fn open_pinned_map<T: TryFrom<Map, Error = MapError>>(pin_dir: &Path, name: &str) -> Result<T> {
+    let pin = pin_dir.join(name);
+    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
+    let map = Map::from_map_data(data).with_context(|| format!("opening {}", pin.display()))?;
+    T::try_from(map).with_context(|| format!("opening {}", pin.display()))
 }
 
 pub fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {

@@ -4,9 +4,11 @@
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context, Result};
-use aya::maps::{Map, MapData, PerCpuHashMap};
+use aya::maps::{MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{maps, CounterKey, CounterValue, Direction, Reason};
+
+use crate::bpf;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CounterRow {
@@ -25,9 +27,7 @@ fn device_name(ifindex: u32, names: &BTreeMap<u32, String>) -> String {
 
 /// Sums every CPU's slot; rows are sorted by device, direction, reason.
 pub fn read(pin_dir: &Path) -> Result<Vec<CounterRow>> {
-    let pin = pin_dir.join(maps::COUNTERS);
-    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
-    let map: PerCpuHashMap<_, CounterKey, CounterValue> = PerCpuHashMap::try_from(Map::PerCpuHashMap(data))?;
+    let map: PerCpuHashMap<MapData, CounterKey, CounterValue> = bpf::open_pinned_map(pin_dir, maps::COUNTERS)?;
     let names: BTreeMap<u32, String> = crate::netdev::devices()?.into_iter().map(|(n, i)| (i, n)).collect();
     let mut rows = Vec::new();
     for entry in map.iter() {
@@ -52,9 +52,9 @@ pub fn read(pin_dir: &Path) -> Result<Vec<CounterRow>> {
 /// Removes a deleted pod device's counter slots: ifindexes are reused, and
 /// a new pod must not inherit the old one's counts (nor fill the map).
 pub fn forget_device(pin_dir: &Path, ifindex: u32) {
-    let pin = pin_dir.join(maps::COUNTERS);
-    let Ok(data) = MapData::from_pin(&pin) else { return };
-    let Ok(mut map) = PerCpuHashMap::<_, CounterKey, CounterValue>::try_from(Map::PerCpuHashMap(data)) else { return };
+    let Ok(mut map) = bpf::open_pinned_map::<PerCpuHashMap<MapData, CounterKey, CounterValue>>(pin_dir, maps::COUNTERS) else {
+        return;
+    };
     let keys: Vec<CounterKey> = map.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
     for key in keys {
         let _ = map.remove(&key);

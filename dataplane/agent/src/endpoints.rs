@@ -7,7 +7,7 @@
 use std::{collections::BTreeMap, fs, io::ErrorKind, net::Ipv6Addr, path::Path};
 
 use anyhow::{anyhow, bail, Context, Result};
-use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use futures::TryStreamExt;
 use rtnetlink::{packet_route::link::LinkAttribute, Handle};
 use v6node_abi::{maps, EndpointKey, EndpointValue, ENDPOINT_NETKIT};
@@ -15,7 +15,7 @@ use v6node_api::{format_mac, Endpoint, EndpointState, PodDevice};
 
 use crate::{
     attach::{Direction, Target, Wanted},
-    bigtcp, files, netdev,
+    bigtcp, bpf, files, netdev,
     paths::Paths,
     state,
 };
@@ -34,9 +34,7 @@ pub struct Endpoints {
 }
 
 fn open_map(pin_dir: &Path) -> Result<BpfHashMap<MapData, EndpointKey, EndpointValue>> {
-    let pin = pin_dir.join(maps::ENDPOINTS);
-    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
-    Ok(BpfHashMap::try_from(Map::HashMap(data))?)
+    bpf::open_pinned_map(pin_dir, maps::ENDPOINTS)
 }
 
 fn parse_mac(mac: &str) -> [u8; 6] {

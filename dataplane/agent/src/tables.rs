@@ -6,12 +6,14 @@ use std::{collections::HashMap, path::Path, time::Instant};
 use anyhow::{Context, Result};
 use aya::maps::{
     lpm_trie::{Key, LpmTrie},
-    HashMap as BpfHashMap, Map, MapData,
+    HashMap as BpfHashMap, MapData,
 };
 use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
 use v6node_abi::{maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config};
 use v6node_config::Nat64;
+
+use crate::bpf;
 
 /// aya's LPM key is `{ u32 prefix_len; K data }`; with K = [u8; 16] it must
 /// be byte for byte the C side's `struct v6n_lpm6_key`.
@@ -31,17 +33,11 @@ pub struct SyncStats {
     pub write_micros: u64,
 }
 
-pub fn open_deny(pin_dir: &Path) -> Result<LpmTrie<MapData, [u8; 16], DenyValue>> {
-    let pin = pin_dir.join(maps::DENY_SRC);
-    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
-    Ok(LpmTrie::try_from(Map::LpmTrie(data))?)
-}
-
 /// Makes the deny table hold exactly `wanted`. New and changed entries are
 /// written before stale ones are removed, and each write is one atomic map
 /// update, so a prefix in both the old and the new config is never absent.
 pub fn sync_deny(pin_dir: &Path, wanted: &[Ipv6Net]) -> Result<SyncStats> {
-    let mut trie = open_deny(pin_dir)?;
+    let mut trie: LpmTrie<MapData, [u8; 16], DenyValue> = bpf::open_pinned_map(pin_dir, maps::DENY_SRC)?;
     let started = Instant::now();
     let mut current: HashMap<(u32, [u8; 16]), u32> = HashMap::new();
     for entry in trie.iter() {
@@ -79,12 +75,6 @@ pub struct Nat64Stats {
     pub eam: SyncStats,
 }
 
-fn open_trie<const N: usize>(pin_dir: &Path, name: &str) -> Result<LpmTrie<MapData, [u8; N], EamValue>> {
-    let pin = pin_dir.join(name);
-    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
-    Ok(LpmTrie::try_from(Map::LpmTrie(data))?)
-}
-
 /// Makes an EAM table hold exactly `wanted`: writes first, removals last.
 fn sync_trie<const N: usize>(
     trie: &mut LpmTrie<MapData, [u8; N], EamValue>,
@@ -112,8 +102,8 @@ fn sync_trie<const N: usize>(
 /// come out: a mapping present before and after never disappears, so a
 /// reload does not interrupt the traffic it translates.
 pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
-    let mut eam6 = open_trie::<16>(pin_dir, maps::EAM6)?;
-    let mut eam4 = open_trie::<4>(pin_dir, maps::EAM4)?;
+    let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
+    let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
     let values: Vec<EamValue> = nat64
         .eam
         .iter()
@@ -136,9 +126,7 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     let mut stats4 = SyncStats::default();
     let stale4 = sync_trie(&mut eam4, &by4, &mut stats4)?;
 
-    let pin = pin_dir.join(maps::NAT64_CONFIG);
-    let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
-    let mut config: BpfHashMap<MapData, u32, Nat64Config> = BpfHashMap::try_from(Map::HashMap(data))?;
+    let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
     let value = Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), pad: [0; 3] };
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
 
