@@ -10,6 +10,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 
+use crate::verifier;
+
 /// Entry object for the node's own devices (bpf/host.bpf.c).
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
 
@@ -67,25 +69,9 @@ fn load(pin_dir: &Path, what: &str, embedded: &'static [u8], override_var: &str,
     for &name in programs {
         let program: &mut SchedClassifier =
             ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))?.try_into()?;
-        load_retrying(program).with_context(|| format!("verifier rejected {name}"))?;
+        verifier::load_retrying(program).with_context(|| format!("verifier rejected {name}"))?;
     }
     Ok(ebpf)
-}
-
-/// The verifier gives up with EAGAIN when a signal arrives while it works
-/// (a SIGHUP reload, a child exiting); like libbpf, try again a few times.
-fn load_retrying(program: &mut SchedClassifier) -> Result<(), aya::programs::ProgramError> {
-    let mut attempts = 0;
-    loop {
-        match program.load() {
-            Err(aya::programs::ProgramError::LoadError { io_error, .. })
-                if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 =>
-            {
-                attempts += 1;
-            }
-            result => return result,
-        }
-    }
 }
 
 /// Opens the map pinned as `name` under `pin_dir` as `T` (say

@@ -20,6 +20,7 @@ mod routes;
 mod state;
 mod status;
 mod tables;
+mod verifier;
 
 use std::{path::PathBuf, process::ExitCode};
 

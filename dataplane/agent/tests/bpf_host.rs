@@ -9,18 +9,15 @@ mod common;
 use std::net::Ipv6Addr;
 
 use aya::{
-    maps::{lpm_trie::Key, LpmTrie, MapData, PerCpuHashMap},
+    maps::{lpm_trie::Key, LpmTrie, MapData},
     programs::{SchedClassifier, TestRun, TestRunOptions},
     Ebpf,
 };
-use common::{load_object, PinDir};
+use common::{counted_with_bytes, load_object, PinDir, TC_ACT_SHOT, TC_ACT_UNSPEC};
 use etherparse::PacketBuilder;
-use v6node_abi::{maps, CounterKey, CounterValue, DenyValue, Direction, Reason};
+use v6node_abi::{maps, DenyValue, Direction, Reason};
 
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
-
-const TC_ACT_UNSPEC: u32 = -1i32 as u32; // pass on to the stack (TCX_NEXT)
-const TC_ACT_SHOT: u32 = 2;
 
 /// The host object loaded with its pinned maps in a directory of its own,
 /// removed again when the test ends.
@@ -44,13 +41,7 @@ impl Host {
     /// Packets and bytes counted for (direction, reason), over all devices:
     /// test runs count under the loopback device of the caller's namespace.
     fn counted(&self, direction: Direction, reason: Reason) -> (u64, u64) {
-        let map: PerCpuHashMap<&MapData, CounterKey, CounterValue> =
-            PerCpuHashMap::try_from(self.ebpf.map(maps::COUNTERS).unwrap()).unwrap();
-        map.iter()
-            .map(Result::unwrap)
-            .filter(|(k, _)| k.direction == direction as u8 && k.reason == reason as u8)
-            .flat_map(|(_, per_cpu)| per_cpu.iter().map(|v| (v.packets, v.bytes)).collect::<Vec<_>>())
-            .fold((0, 0), |(p, b), (vp, vb)| (p + vp, b + vb))
+        counted_with_bytes(&self.ebpf, direction, reason)
     }
 
     fn deny(&mut self, net: Ipv6Addr, prefix_len: u32) {

@@ -10,7 +10,7 @@ mod common;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use common::*;
+use common::{nat64::*, packet::*, *};
 use v6node_abi::{Direction, Reason};
 
 /// (type, code, the 4 bytes after the checksum) in, and what must come out.

@@ -11,17 +11,14 @@ mod common;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use aya::maps::{MapData, PerCpuHashMap};
-use common::*;
-use v6node_abi::{maps, CounterKey, CounterValue, Reason};
+use common::{nat64::*, packet::*, *};
+use v6node_abi::Reason;
 
 /// Packets counted per reason, over every device and direction.
 fn by_reason(xlat: &Xlat) -> [u64; Reason::V6N_REASON_COUNT as usize] {
-    let map: PerCpuHashMap<&MapData, CounterKey, CounterValue> =
-        PerCpuHashMap::try_from(xlat.ebpf.map(maps::COUNTERS).unwrap()).unwrap();
     let mut totals = [0; Reason::V6N_REASON_COUNT as usize];
-    for (key, per_cpu) in map.iter().map(Result::unwrap) {
-        totals[usize::from(key.reason)] += per_cpu.iter().map(|v| v.packets).sum::<u64>();
+    for (key, packets, _) in counter_slots(&xlat.ebpf) {
+        totals[usize::from(key.reason)] += packets;
     }
     totals
 }

@@ -15,9 +15,12 @@ use aya::{
     maps::{HashMap, MapData},
     Ebpf,
 };
-use common::{counted, ifindex, ip, load_object, try_run_program, PinDir, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC};
+use common::{
+    counted, enter_netns, ifindex, ip, load_object, try_run_program, PinDir, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
+};
 use etherparse::PacketBuilder;
 use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, ENDPOINT_NETKIT};
+use v6node_api::format_mac;
 
 static POD_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pod.bpf.o"));
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
@@ -47,18 +50,16 @@ struct Node {
 
 impl Node {
     fn new(test: &str, flags: u8) -> Node {
-        // SAFETY: unshare only changes this thread's namespace membership.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: run as root");
-        ip("link set lo up");
+        enter_netns();
         for (dev, mac) in [("hosta", HOST_A_MAC), ("hostb", HOST_B_MAC)] {
-            ip(&format!("link add {dev} address {} type veth peer name {dev}peer", mac_str(mac)));
+            ip(&format!("link add {dev} address {} type veth peer name {dev}peer", format_mac(&mac)));
             ip(&format!("link set {dev} up"));
         }
-        ip(&format!("link add uplink address {} type veth peer name uplinkpeer", mac_str(UPLINK_MAC)));
+        ip(&format!("link add uplink address {} type veth peer name uplinkpeer", format_mac(&UPLINK_MAC)));
         ip("link set uplink up");
         ip("addr add 2001:db8:1::1/64 dev uplink nodad");
         ip("route add default via 2001:db8:1::ff dev uplink");
-        ip(&format!("neigh add 2001:db8:1::ff lladdr {} dev uplink nud permanent", mac_str(ROUTER_MAC)));
+        ip(&format!("neigh add 2001:db8:1::ff lladdr {} dev uplink nud permanent", format_mac(&ROUTER_MAC)));
         ip("route add unreachable 2001:db8:dead::/48");
         ip(&format!("route add {POD_A}/128 dev hosta"));
         ip(&format!("route add {POD_B}/128 dev hostb"));
@@ -82,10 +83,6 @@ impl Node {
     fn counted(&self, direction: Direction, reason: Reason) -> u64 {
         counted(&self.pod, direction, reason)
     }
-}
-
-fn mac_str(mac: [u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn tcp6(src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8) -> Vec<u8> {

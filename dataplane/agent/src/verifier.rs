@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Putting a program through the verifier. The BPF tests include this file
+//! by path (`tests/common/mod.rs`): the agent is a binary, with no library
+//! for them to link.
+
+use aya::programs::{ProgramError, SchedClassifier};
+
+/// The verifier gives up with EAGAIN when a signal arrives while it works
+/// (a SIGHUP reload, a child exiting: in the tests, another test's `ip`);
+/// like libbpf, try again a few times.
+pub fn load_retrying(program: &mut SchedClassifier) -> Result<(), ProgramError> {
+    let mut attempts = 0;
+    loop {
+        match program.load() {
+            Err(ProgramError::LoadError { io_error, .. }) if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 => {
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
+}

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The translator's fixtures: a network namespace with an IPv6 and an IPv4
+//! side, and the nat64 object loaded with its tables.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use aya::{
+    maps::{lpm_trie::Key, HashMap, LpmTrie, MapData},
+    Ebpf,
+};
+use v6node_abi::{maps, Direction, EamValue, Nat64Config, Reason};
+
+use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_program, PinDir, Run};
+
+pub static NAT64_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/nat64.bpf.o"));
+
+/// The translator's two sides inside the test's own network namespace:
+/// `v6` (2001:db8:6::1/64, neighbour 2001:db8:6::2) and `v4` (192.0.2.1/24,
+/// neighbour 192.0.2.2), forwarding on, neighbours permanent so the FIB
+/// lookups resolve without traffic.
+pub struct Net {
+    pub v6: u32,
+    pub v4: u32,
+}
+
+pub const V6_GW: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 1);
+pub const V6_HOST: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 2);
+pub const V6_HOST_MAC: [u8; 6] = [2, 0, 0, 0, 6, 2];
+pub const V4_GW: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+pub const V4_HOST: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+pub const V4_HOST_MAC: [u8; 6] = [2, 0, 0, 0, 4, 2];
+/// The IPv6 host's IPv4 face, by explicit address mapping.
+pub const V6_HOST_AS_V4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 6);
+/// The IPv4 host's IPv6 face, under the well-known prefix.
+pub const V4_HOST_AS_V6: Ipv6Addr = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0xc000, 0x0202);
+
+impl Net {
+    /// Moves the calling thread (each test has its own) into a new network
+    /// namespace and builds the topology there.
+    pub fn enter() -> Net {
+        enter_netns();
+        ip("link add v6 type veth peer name v6peer");
+        ip("link add v4 type veth peer name v4peer");
+        for dev in ["v6", "v6peer", "v4", "v4peer"] {
+            ip(&format!("link set {dev} up"));
+        }
+        ip("addr add 2001:db8:6::1/64 dev v6 nodad");
+        ip("addr add 192.0.2.1/24 dev v4");
+        ip("neigh add 2001:db8:6::2 lladdr 02:00:00:00:06:02 dev v6 nud permanent");
+        ip("neigh add 192.0.2.2 lladdr 02:00:00:00:04:02 dev v4 nud permanent");
+        for (path, value) in [("/proc/sys/net/ipv4/ip_forward", "1"), ("/proc/sys/net/ipv6/conf/all/forwarding", "1")] {
+            std::fs::write(path, value).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        Net { v6: ifindex("v6"), v4: ifindex("v4") }
+    }
+
+    pub fn set_mtu(&self, dev: &str, mtu: u32) {
+        ip(&format!("link set {dev} mtu {mtu}"));
+    }
+}
+
+/// The nat64 object loaded with its maps pinned in a directory of its own.
+pub struct Xlat {
+    pub ebpf: Ebpf,
+    _pins: PinDir,
+}
+
+impl Xlat {
+    /// Loaded with the well-known prefix and the EAM 2001:db8:6::2 <-> 198.51.100.6.
+    pub fn load(test: &str) -> Xlat {
+        let (ebpf, _pins) = load_object(NAT64_OBJECT, &["v6n_nat64"], test);
+        let mut xlat = Xlat { ebpf, _pins };
+        xlat.set_prefix("64:ff9b::".parse().unwrap(), 96);
+        xlat.add_eam(V6_HOST, 128, V6_HOST_AS_V4, 32);
+        xlat
+    }
+
+    pub fn set_prefix(&mut self, prefix: Ipv6Addr, len: u8) {
+        let mut map: HashMap<&mut MapData, u32, Nat64Config> =
+            HashMap::try_from(self.ebpf.map_mut(maps::NAT64_CONFIG).unwrap()).unwrap();
+        map.insert(0, Nat64Config { prefix: prefix.octets(), prefix_len: len, pad: [0; 3] }, 0).unwrap();
+    }
+
+    pub fn add_eam(&mut self, v6: Ipv6Addr, v6_len: u8, v4: Ipv4Addr, v4_len: u8) {
+        let value = EamValue { ipv6: v6.octets(), ipv4: v4.octets(), ipv6_len: v6_len, ipv4_len: v4_len, pad: 0, rule: 0 };
+        let mut eam6: LpmTrie<&mut MapData, [u8; 16], EamValue> =
+            LpmTrie::try_from(self.ebpf.map_mut(maps::EAM6).unwrap()).unwrap();
+        eam6.insert(&Key::new(v6_len.into(), v6.octets()), value, 0).unwrap();
+        let mut eam4: LpmTrie<&mut MapData, [u8; 4], EamValue> =
+            LpmTrie::try_from(self.ebpf.map_mut(maps::EAM4).unwrap()).unwrap();
+        eam4.insert(&Key::new(v4_len.into(), v4.octets()), value, 0).unwrap();
+    }
+
+    /// Runs the program on `packet` as if it had arrived on `ifindex`.
+    pub fn run(&self, packet: &[u8], ifindex: u32) -> Run {
+        self.try_run(packet, ifindex).expect("BPF_PROG_TEST_RUN")
+    }
+
+    /// As `run`, for frames the kernel may refuse before the program runs
+    /// (BPF_PROG_TEST_RUN wants at least the headers its ethertype implies).
+    pub fn try_run(&self, packet: &[u8], ifindex: u32) -> Result<Run, aya::programs::ProgramError> {
+        try_run_program(&self.ebpf, "v6n_nat64", packet, ifindex)
+    }
+
+    /// Packets counted under (direction, reason), over all devices.
+    pub fn counted(&self, direction: Direction, reason: Reason) -> u64 {
+        counted(&self.ebpf, direction, reason)
+    }
+
+    /// Every counted packet, whatever its slot.
+    pub fn counted_total(&self) -> u64 {
+        counter_slots(&self.ebpf).iter().map(|(_, packets, _)| packets).sum()
+    }
+}
