@@ -17,15 +17,20 @@ pub use generated::{
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
 // pattern is valid and the kernel copies them byte for byte.
-unsafe impl aya::Pod for CounterKey {}
-unsafe impl aya::Pod for CounterValue {}
-unsafe impl aya::Pod for Lpm6Key {}
-unsafe impl aya::Pod for DenyValue {}
-unsafe impl aya::Pod for Nat64Config {}
-unsafe impl aya::Pod for Lpm4Key {}
-unsafe impl aya::Pod for EamValue {}
-unsafe impl aya::Pod for EndpointKey {}
-unsafe impl aya::Pod for EndpointValue {}
+#[cfg(feature = "aya")]
+mod pod {
+    use super::*;
+
+    unsafe impl aya::Pod for CounterKey {}
+    unsafe impl aya::Pod for CounterValue {}
+    unsafe impl aya::Pod for Lpm6Key {}
+    unsafe impl aya::Pod for DenyValue {}
+    unsafe impl aya::Pod for Nat64Config {}
+    unsafe impl aya::Pod for Lpm4Key {}
+    unsafe impl aya::Pod for EamValue {}
+    unsafe impl aya::Pod for EndpointKey {}
+    unsafe impl aya::Pod for EndpointValue {}
+}
 
 /// Names of the maps as declared in `bpf/lib/maps.h` (and pinned under them).
 pub mod maps {

@@ -52,11 +52,6 @@ pub const BIGTCP_MIN: u32 = 65536;
 /// Largest size the kernel accepts for `gso_max_size`/`gro_max_size` (512 KiB - 8).
 pub const BIGTCP_MAX: u32 = 524280;
 pub const BIGTCP_DEFAULT: u32 = 196608;
-/// Bounds the deny map the agent has to size at load time.
-pub const DENY_SOURCES_MAX: usize = 262144;
-
-/// Entries the translator's EAM tables are sized for (`V6N_EAM_MAX`).
-pub const EAM_MAX: usize = 65536;
 /// RFC 6052 section 2.2: the prefix lengths an IPv4 address can be embedded under.
 pub const NAT64_PREFIX_LENGTHS: [u8; 6] = [32, 40, 48, 56, 64, 96];
 

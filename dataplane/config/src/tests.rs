@@ -415,7 +415,7 @@ fn bad_deny_sources() {
 
 #[test]
 fn too_many_deny_sources() {
-    let items = vec!["\"\""; DENY_SOURCES_MAX + 1].join(",");
+    let items = vec!["\"\""; v6node_abi::DENY_SRC_MAX as usize + 1].join(",");
     bad(&format!("filter.deny_sources = [{items}]"), "filter.deny_sources", "262145 prefixes; at most 262144");
 }
 

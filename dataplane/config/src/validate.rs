@@ -208,8 +208,10 @@ impl Validator<'_> {
     }
 
     fn deny_sources(&self, path: &str, items: &[&str]) -> Result<Vec<Ipv6Net>> {
-        if items.len() > DENY_SOURCES_MAX {
-            return Err(self.err(path, format!("{} prefixes; at most {DENY_SOURCES_MAX} are supported", items.len())));
+        // The deny map's size (abi.h), fixed when the agent loads it.
+        let max = v6node_abi::DENY_SRC_MAX as usize;
+        if items.len() > max {
+            return Err(self.err(path, format!("{} prefixes; at most {max} are supported", items.len())));
         }
         let mut seen = HashMap::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
@@ -235,8 +237,10 @@ impl Validator<'_> {
                 value,
             ));
         };
-        if items.len() > EAM_MAX {
-            return Err(self.err(path, format!("{} mappings; at most {EAM_MAX} are supported", items.len())));
+        // What the translator's EAM tables are sized for (abi.h).
+        let max = v6node_abi::EAM_MAX as usize;
+        if items.len() > max {
+            return Err(self.err(path, format!("{} mappings; at most {max} are supported", items.len())));
         }
         let mut seen6 = HashMap::new();
         let mut seen4 = HashMap::new();
