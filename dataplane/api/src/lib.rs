@@ -23,7 +23,8 @@ pub const DEFAULT_SOCKET: &str = "/run/v6node/endpoints.sock";
 /// fits many times over.
 pub const MAX_MESSAGE: u64 = 4 << 20;
 
-/// The kind of device pair a pod is connected by.
+/// The kind of device pair a pod is connected by, as the CNI plugin made it
+/// (what the configuration asks for, `pods.device`, may also be `auto`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PodDevice {

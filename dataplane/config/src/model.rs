@@ -228,7 +228,7 @@ pub struct Pods {
     /// is written until then (the runtime reports the network not ready).
     #[serde(serialize_with = "serialize_optional_displayed")]
     pub prefix: Option<Ipv6Net>,
-    pub device: PodDevice,
+    pub device: PodDeviceChoice,
 }
 
 fn serialize_optional_displayed<T: fmt::Display, S: Serializer>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
@@ -238,10 +238,11 @@ fn serialize_optional_displayed<T: fmt::Display, S: Serializer>(value: &Option<T
     }
 }
 
-/// Which device pair connects a pod.
+/// Which device pair the CNI plugin should connect pods by (`pods.device`).
+/// What it did create, per pod, is `v6node_api::PodDevice`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum PodDevice {
+pub enum PodDeviceChoice {
     /// netkit where the kernel has it, veth elsewhere.
     #[default]
     Auto,
@@ -249,7 +250,7 @@ pub enum PodDevice {
     Veth,
 }
 
-keywords!(PodDevice, "pod device", {
+keywords!(PodDeviceChoice, "pod device", {
     Auto => "auto",
     Netkit => "netkit",
     Veth => "veth",

@@ -615,9 +615,9 @@ fn runtime_dropins_sit_between_vendor_and_etc() {
 fn pods_prefix_and_device() {
     let c = ok("[pods]\nprefix = \"fd00:10:244:1::/64\"\ndevice = \"veth\"\n");
     assert_eq!(c.pods.prefix, Some("fd00:10:244:1::/64".parse().unwrap()));
-    assert_eq!(c.pods.device, PodDevice::Veth);
+    assert_eq!(c.pods.device, PodDeviceChoice::Veth);
     assert_eq!(Config::default().pods.prefix, None);
-    assert_eq!(Config::default().pods.device, PodDevice::Auto);
+    assert_eq!(Config::default().pods.device, PodDeviceChoice::Auto);
     assert_eq!(ok("[pods]\nprefix = \"\"\n").pods.prefix, None);
 }
 
