@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Compiles the BPF entry objects in ../bpf (with ../bpf/cc, which tests use
-//! too) and leaves them in OUT_DIR, where bpf.rs embeds them: the binary is
-//! the whole dataplane.
+//! Compiles every BPF entry object in ../bpf (`<name>.bpf.c`, with ../bpf/cc,
+//! which tests use too) into OUT_DIR and writes `embedded.rs`, which bpf.rs
+//! includes: the binary is the whole dataplane. No list of objects here:
+//! bpf.rs describes each one, and its tests check the two agree.
 
-use std::{env, path::PathBuf, process::Command};
-
-/// Entry objects, one per attach point family; each becomes `<name>.bpf.o`.
-const OBJECTS: &[&str] = &["host", "nat64", "pod"];
+use std::{env, fmt::Write as _, fs, path::PathBuf, process::Command};
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -15,7 +13,16 @@ fn main() {
     println!("cargo:rerun-if-env-changed=BPF_CLANG");
     println!("cargo:rerun-if-changed={}", bpf.display());
 
-    for name in OBJECTS {
+    let mut names: Vec<String> = fs::read_dir(&bpf)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", bpf.display()))
+        .map(|entry| entry.expect("reading ../bpf").file_name().to_string_lossy().into_owned())
+        .filter_map(|file| file.strip_suffix(".bpf.c").map(str::to_owned))
+        .collect();
+    names.sort();
+
+    let mut embedded = String::from("/// (name, object) for every `../bpf/<name>.bpf.c`, by name; written by build.rs.\n");
+    embedded.push_str("pub static EMBEDDED: &[(&str, &[u8])] = &[\n");
+    for name in &names {
         let source = bpf.join(format!("{name}.bpf.c"));
         let object = out.join(format!("{name}.bpf.o"));
         let status = Command::new("sh")
@@ -29,5 +36,9 @@ fn main() {
             "compiling {} failed (needs clang, libbpf-dev, linux-libc-dev: scripts/setup-host)",
             source.display()
         );
+        writeln!(embedded, "    ({name:?}, aya::include_bytes_aligned!(concat!(env!(\"OUT_DIR\"), \"/{name}.bpf.o\"))),")
+            .unwrap();
     }
+    embedded.push_str("];\n");
+    fs::write(out.join("embedded.rs"), embedded).expect("writing embedded.rs");
 }

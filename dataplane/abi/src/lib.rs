@@ -32,7 +32,9 @@ mod pod {
     unsafe impl aya::Pod for EndpointValue {}
 }
 
-/// Names of the maps as declared in `bpf/lib/maps.h` (and pinned under them).
+/// Names of the maps userspace opens, as declared in `bpf/lib/maps.h` (and
+/// pinned under them). Not a list of every pinned map: `detach` reads that
+/// from the objects.
 pub mod maps {
     pub const COUNTERS: &str = "v6n_counters";
     pub const DENY_SRC: &str = "v6n_deny_src";
@@ -42,7 +44,6 @@ pub mod maps {
     pub const EAM4: &str = "v6n_eam4";
     /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
     pub const ENDPOINTS: &str = "v6n_endpoints";
-    pub const ALL: &[&str] = &[COUNTERS, DENY_SRC, NAT64_CONFIG, EAM6, EAM4, ENDPOINTS];
 }
 
 impl Reason {

@@ -77,11 +77,11 @@ impl Direction {
         }
     }
 
-    fn object(self) -> Object {
+    fn object(self) -> &'static bpf::Object {
         match self {
-            Direction::Ingress | Direction::Egress => Object::Host,
-            Direction::Nat64 => Object::Nat64,
-            Direction::FromPod | Direction::ToPod => Object::Pod,
+            Direction::Ingress | Direction::Egress => &bpf::HOST_OBJECT,
+            Direction::Nat64 => &bpf::NAT64_OBJECT,
+            Direction::FromPod | Direction::ToPod => &bpf::POD_OBJECT,
         }
     }
 
@@ -123,32 +123,6 @@ impl Direction {
         match self {
             Direction::Nat64 => CLSACT_PRIORITY + 1,
             _ => CLSACT_PRIORITY,
-        }
-    }
-}
-
-/// The BPF objects, each loaded on first use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Object {
-    Host,
-    Nat64,
-    Pod,
-}
-
-impl Object {
-    fn load(self, pin_dir: &Path) -> Result<Ebpf> {
-        match self {
-            Object::Host => bpf::load_host(pin_dir),
-            Object::Nat64 => bpf::load_nat64(pin_dir),
-            Object::Pod => bpf::load_pod(pin_dir),
-        }
-    }
-
-    fn directions(self) -> &'static [Direction] {
-        match self {
-            Object::Host => &Direction::HOST,
-            Object::Nat64 => &[Direction::Nat64],
-            Object::Pod => &Direction::POD,
         }
     }
 }
@@ -287,7 +261,8 @@ fn inspect_pin(pin: &Path, ifindex: Option<u32>) -> Result<PinnedState> {
 /// nothing to do costs a few syscalls and leaves no stray programs behind.
 pub struct Attacher {
     paths: Paths,
-    loaded: BTreeMap<Object, Ebpf>,
+    /// The objects loaded so far, by name; each is loaded on first use.
+    loaded: BTreeMap<&'static str, Ebpf>,
     /// Tags of the programs this agent carries, learnt on first load.
     tags: BTreeMap<&'static str, u64>,
 }
@@ -314,16 +289,15 @@ impl Attacher {
     /// The object holding `direction`'s program, loaded on first use.
     fn ebpf(&mut self, direction: Direction) -> Result<&mut Ebpf> {
         let object = direction.object();
-        if !self.loaded.contains_key(&object) {
+        if !self.loaded.contains_key(object.name) {
             fs::create_dir_all(&self.paths.pin_dir).with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
             let mut ebpf = object.load(&self.paths.pin_dir)?;
-            for d in object.directions() {
-                let name = d.program();
+            for &name in object.programs {
                 self.tags.insert(name, bpf::classifier(&mut ebpf, name)?.info()?.tag());
             }
-            self.loaded.insert(object, ebpf);
+            self.loaded.insert(object.name, ebpf);
         }
-        Ok(self.loaded.get_mut(&object).expect("loaded above"))
+        Ok(self.loaded.get_mut(object.name).expect("loaded above"))
     }
 
     fn tag(&mut self, direction: Direction) -> Result<u64> {

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::{
     attach::{detach_clsact, pinned_links, program_pin, Direction},
-    files, netdev,
+    bpf, files, netdev,
     paths::Paths,
     state,
 };
@@ -37,7 +37,7 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
             }
         }
     }
-    for map in v6node_abi::maps::ALL {
+    for map in bpf::pinned_maps()? {
         let pin = paths.pin_dir.join(map);
         if files::remove(&pin).with_context(|| format!("removing {}", pin.display()))? {
             println!("unpinned map {}", pin.display());
