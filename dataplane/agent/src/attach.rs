@@ -38,9 +38,12 @@ use crate::{bpf, files, linkinfo, netdev, paths::Paths};
 const CLSACT_PRIORITY: u16 = 0x7636;
 const CLSACT_HANDLE: u32 = 0x7636;
 
+/// Where on a device a program goes, and so which program: a link pin's
+/// suffix, `direction` in the state file and `status`. (Counters have
+/// directions of their own, `v6node_abi::Direction`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Direction {
+pub enum AttachPoint {
     /// The host program at tc ingress.
     Ingress,
     /// The host program at tc egress.
@@ -54,59 +57,59 @@ pub enum Direction {
     ToPod,
 }
 
-impl Direction {
+impl AttachPoint {
     /// Where the host programs go on each device in attach.devices.
-    pub const HOST: [Direction; 2] = [Direction::Ingress, Direction::Egress];
+    pub const HOST: [AttachPoint; 2] = [AttachPoint::Ingress, AttachPoint::Egress];
     /// Where the pod programs go on the host side of each pod's pair.
-    pub const POD: [Direction; 2] = [Direction::FromPod, Direction::ToPod];
-    pub const ALL: [Direction; 5] =
-        [Direction::Ingress, Direction::Egress, Direction::Nat64, Direction::FromPod, Direction::ToPod];
+    pub const POD: [AttachPoint; 2] = [AttachPoint::FromPod, AttachPoint::ToPod];
+    pub const ALL: [AttachPoint; 5] =
+        [AttachPoint::Ingress, AttachPoint::Egress, AttachPoint::Nat64, AttachPoint::FromPod, AttachPoint::ToPod];
 
     fn tc(self) -> TcAttachType {
         match self {
-            Direction::Ingress | Direction::Nat64 | Direction::FromPod => TcAttachType::Ingress,
-            Direction::Egress | Direction::ToPod => TcAttachType::Egress,
+            AttachPoint::Ingress | AttachPoint::Nat64 | AttachPoint::FromPod => TcAttachType::Ingress,
+            AttachPoint::Egress | AttachPoint::ToPod => TcAttachType::Egress,
         }
     }
 
     /// netkit's attach points, both named through the primary device.
     fn netkit_attach_type(self) -> u32 {
         match self {
-            Direction::FromPod => linkinfo::BPF_NETKIT_PEER,
+            AttachPoint::FromPod => linkinfo::BPF_NETKIT_PEER,
             _ => linkinfo::BPF_NETKIT_PRIMARY,
         }
     }
 
     fn object(self) -> &'static bpf::Object {
         match self {
-            Direction::Ingress | Direction::Egress => &bpf::HOST_OBJECT,
-            Direction::Nat64 => &bpf::NAT64_OBJECT,
-            Direction::FromPod | Direction::ToPod => &bpf::POD_OBJECT,
+            AttachPoint::Ingress | AttachPoint::Egress => &bpf::HOST_OBJECT,
+            AttachPoint::Nat64 => &bpf::NAT64_OBJECT,
+            AttachPoint::FromPod | AttachPoint::ToPod => &bpf::POD_OBJECT,
         }
     }
 
     pub fn program(self) -> &'static str {
         match self {
-            Direction::Ingress => bpf::HOST_INGRESS,
-            Direction::Egress => bpf::HOST_EGRESS,
-            Direction::Nat64 => bpf::NAT64,
-            Direction::FromPod => bpf::FROM_POD,
-            Direction::ToPod => bpf::TO_POD,
+            AttachPoint::Ingress => bpf::HOST_INGRESS,
+            AttachPoint::Egress => bpf::HOST_EGRESS,
+            AttachPoint::Nat64 => bpf::NAT64,
+            AttachPoint::FromPod => bpf::FROM_POD,
+            AttachPoint::ToPod => bpf::TO_POD,
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
-            Direction::Ingress => "ingress",
-            Direction::Egress => "egress",
-            Direction::Nat64 => "nat64",
-            Direction::FromPod => "from_pod",
-            Direction::ToPod => "to_pod",
+            AttachPoint::Ingress => "ingress",
+            AttachPoint::Egress => "egress",
+            AttachPoint::Nat64 => "nat64",
+            AttachPoint::FromPod => "from_pod",
+            AttachPoint::ToPod => "to_pod",
         }
     }
 
-    fn parse(name: &str) -> Option<Direction> {
-        Direction::ALL.into_iter().find(|d| d.name() == name)
+    fn parse(name: &str) -> Option<AttachPoint> {
+        AttachPoint::ALL.into_iter().find(|d| d.name() == name)
     }
 
     /// The host program filters first, so a denied source never reaches the
@@ -114,14 +117,14 @@ impl Direction {
     /// last, after whatever else inspects the untranslated packet.
     fn order(self) -> LinkOrder {
         match self {
-            Direction::Nat64 => LinkOrder::last(),
+            AttachPoint::Nat64 => LinkOrder::last(),
             _ => LinkOrder::first(),
         }
     }
 
     fn clsact_priority(self) -> u16 {
         match self {
-            Direction::Nat64 => CLSACT_PRIORITY + 1,
+            AttachPoint::Nat64 => CLSACT_PRIORITY + 1,
             _ => CLSACT_PRIORITY,
         }
     }
@@ -136,26 +139,45 @@ pub struct Target {
 }
 
 /// What should be attached: (device, direction) -> target.
-pub type Wanted = BTreeMap<(String, Direction), Target>;
+pub type Wanted = BTreeMap<(String, AttachPoint), Target>;
 
+/// How programs go on the node's devices, one choice for the whole node:
+/// tcx links (Linux 6.6+) or cls_bpf filters in a clsact qdisc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub enum TcMode {
     Tcx,
     Clsact,
-    /// A netkit link (pod devices); chosen per device, never globally.
+}
+
+impl TcMode {
+    pub fn resolve(configured: AttachMode) -> TcMode {
+        match configured {
+            AttachMode::Tcx => TcMode::Tcx,
+            AttachMode::Clsact => TcMode::Clsact,
+            AttachMode::Auto => match KernelVersion::current() {
+                Ok(version) if version >= KernelVersion::new(6, 6, 0) => TcMode::Tcx,
+                _ => TcMode::Clsact,
+            },
+        }
+    }
+}
+
+/// What one attachment is held by: the node's tc mode, or, on a netkit
+/// pod device, a netkit link whatever that mode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    Tcx,
+    Clsact,
     Netkit,
 }
 
-impl Mode {
-    pub fn resolve(configured: AttachMode) -> Mode {
-        match configured {
-            AttachMode::Tcx => Mode::Tcx,
-            AttachMode::Clsact => Mode::Clsact,
-            AttachMode::Auto => match KernelVersion::current() {
-                Ok(version) if version >= KernelVersion::new(6, 6, 0) => Mode::Tcx,
-                _ => Mode::Clsact,
-            },
+impl From<TcMode> for Hook {
+    fn from(mode: TcMode) -> Hook {
+        match mode {
+            TcMode::Tcx => Hook::Tcx,
+            TcMode::Clsact => Hook::Clsact,
         }
     }
 }
@@ -163,7 +185,7 @@ impl Mode {
 /// What reconciling one device and direction did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub enum AttachAction {
     /// A new link or filter.
     Attached,
     /// A pinned link from an earlier agent, running the same program.
@@ -175,21 +197,21 @@ pub enum Action {
     Failed,
 }
 
-impl std::fmt::Display for Action {
+impl std::fmt::Display for AttachAction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Action::Attached => "attached",
-            Action::Adopted => "adopted",
-            Action::Replaced => "replaced",
-            Action::Unchanged => "unchanged",
-            Action::Failed => "failed",
+            AttachAction::Attached => "attached",
+            AttachAction::Adopted => "adopted",
+            AttachAction::Replaced => "replaced",
+            AttachAction::Unchanged => "unchanged",
+            AttachAction::Failed => "failed",
         })
     }
 }
 
 /// An attach step's action and the ids it left in force.
 struct Outcome {
-    action: Action,
+    action: AttachAction,
     program_id: Option<u32>,
     link_id: Option<u32>,
 }
@@ -199,31 +221,31 @@ struct Outcome {
 pub struct Attachment {
     pub device: String,
     pub ifindex: u32,
-    pub direction: Direction,
-    pub mode: Mode,
-    pub action: Action,
+    pub direction: AttachPoint,
+    pub mode: Hook,
+    pub action: AttachAction,
     pub program_id: Option<u32>,
     pub link_id: Option<u32>,
     pub error: Option<String>,
 }
 
-fn link_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
+fn link_pin(paths: &Paths, device: &str, direction: AttachPoint) -> PathBuf {
     paths.links_dir().join(format!("{device}-{}", direction.name()))
 }
 
 /// Splits a link pin's file name back into device and direction.
-fn parse_link_pin(name: &str) -> Option<(String, Direction)> {
+fn parse_link_pin(name: &str) -> Option<(String, AttachPoint)> {
     let (device, direction) = name.rsplit_once('-')?;
-    Some((device.to_owned(), Direction::parse(direction)?))
+    Some((device.to_owned(), AttachPoint::parse(direction)?))
 }
 
-pub fn program_pin(paths: &Paths, device: &str, direction: Direction) -> PathBuf {
+pub fn program_pin(paths: &Paths, device: &str, direction: AttachPoint) -> PathBuf {
     paths.programs_dir().join(format!("{device}-{}", direction.name()))
 }
 
 /// The tag of the program a link runs, read from the program pinned beside
 /// the link (no CAP_SYS_ADMIN needed, unlike a lookup by id).
-fn pinned_program_tag(paths: &Paths, device: &str, direction: Direction, program_id: u32) -> Option<u64> {
+fn pinned_program_tag(paths: &Paths, device: &str, direction: AttachPoint, program_id: u32) -> Option<u64> {
     let info = ProgramInfo::from_pin(program_pin(paths, device, direction)).ok()?;
     (info.id() == program_id).then(|| info.tag())
 }
@@ -275,19 +297,19 @@ impl Attacher {
     /// Loads the host object to verify it and learn its program tags; the
     /// first reconcile reuses it, then lets it go.
     pub fn verify(&mut self) -> Result<()> {
-        self.ebpf(Direction::Ingress)?;
+        self.ebpf(AttachPoint::Ingress)?;
         Ok(())
     }
 
     /// Loads the translator, which verifies it and creates (or opens) its
     /// pinned tables, so they can be filled before it is attached anywhere.
     pub fn prepare_nat64(&mut self) -> Result<()> {
-        self.ebpf(Direction::Nat64)?;
+        self.ebpf(AttachPoint::Nat64)?;
         Ok(())
     }
 
     /// The object holding `direction`'s program, loaded on first use.
-    fn ebpf(&mut self, direction: Direction) -> Result<&mut Ebpf> {
+    fn ebpf(&mut self, direction: AttachPoint) -> Result<&mut Ebpf> {
         let object = direction.object();
         if !self.loaded.contains_key(object.name) {
             fs::create_dir_all(&self.paths.pin_dir).with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
@@ -300,7 +322,7 @@ impl Attacher {
         Ok(self.loaded.get_mut(object.name).expect("loaded above"))
     }
 
-    fn tag(&mut self, direction: Direction) -> Result<u64> {
+    fn tag(&mut self, direction: AttachPoint) -> Result<u64> {
         if !self.tags.contains_key(direction.program()) {
             self.ebpf(direction)?;
         }
@@ -312,28 +334,28 @@ impl Attacher {
         self.loaded.clear();
     }
 
-    pub fn reconcile(&mut self, global_mode: Mode, wanted: &Wanted, previous: &[Attachment]) -> Vec<Attachment> {
+    pub fn reconcile(&mut self, global_mode: TcMode, wanted: &Wanted, previous: &[Attachment]) -> Vec<Attachment> {
         let mut report = Vec::new();
         for ((device, direction), target) in wanted {
             let (direction, ifindex) = (*direction, target.ifindex);
-            let mode = if target.netkit { Mode::Netkit } else { global_mode };
+            let mode = if target.netkit { Hook::Netkit } else { global_mode.into() };
             let known = previous.iter().find(|a| {
                 a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
             });
             let result = match (mode, known) {
-                (Mode::Tcx | Mode::Netkit, _) => self.attach_link(device, ifindex, direction, mode, known.is_some()),
-                (Mode::Clsact, Some(known)) => {
-                    Ok(Outcome { action: Action::Unchanged, program_id: known.program_id, link_id: None })
+                (Hook::Tcx | Hook::Netkit, _) => self.attach_link(device, ifindex, direction, mode, known.is_some()),
+                (Hook::Clsact, Some(known)) => {
+                    Ok(Outcome { action: AttachAction::Unchanged, program_id: known.program_id, link_id: None })
                 }
-                (Mode::Clsact, None) => self.attach_clsact(device, direction),
+                (Hook::Clsact, None) => self.attach_clsact(device, direction),
             };
             let (outcome, error) = match result {
                 Ok(outcome) => (outcome, None),
-                Err(e) => (Outcome { action: Action::Failed, program_id: None, link_id: None }, Some(format!("{e:#}"))),
+                Err(e) => (Outcome { action: AttachAction::Failed, program_id: None, link_id: None }, Some(format!("{e:#}"))),
             };
             if let Some(error) = &error {
                 log::error!("{device} {}: {error}", direction.name());
-            } else if outcome.action != Action::Unchanged {
+            } else if outcome.action != AttachAction::Unchanged {
                 log::info!("{device} {}: {} ({mode:?})", direction.name(), outcome.action);
             }
             report.push(Attachment {
@@ -356,14 +378,14 @@ impl Attacher {
 
     /// A tcx or netkit link, pinned: adopted when a previous agent left the
     /// same program attached, updated in place when another build is.
-    fn attach_link(&mut self, device: &str, ifindex: u32, direction: Direction, mode: Mode, known: bool) -> Result<Outcome> {
+    fn attach_link(&mut self, device: &str, ifindex: u32, direction: AttachPoint, mode: Hook, known: bool) -> Result<Outcome> {
         let pin = link_pin(&self.paths, device, direction);
         let program_pin = program_pin(&self.paths, device, direction);
         match inspect_pin(&pin, Some(ifindex))? {
             PinnedState::Attached { link_id, program_id } => {
                 let current = pinned_program_tag(&self.paths, device, direction, program_id);
                 if current == Some(self.tag(direction)?) {
-                    let action = if known { Action::Unchanged } else { Action::Adopted };
+                    let action = if known { AttachAction::Unchanged } else { AttachAction::Adopted };
                     return Ok(Outcome { action, program_id: Some(program_id), link_id: Some(link_id) });
                 }
                 // A different build of the program is attached (agent upgrade,
@@ -371,7 +393,7 @@ impl Attacher {
                 // BPF_LINK_UPDATE, which the kernel does atomically per packet.
                 let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let new_id = program.info()?.id();
-                if mode == Mode::Netkit {
+                if mode == Hook::Netkit {
                     // aya knows netkit links only by type; update by syscall.
                     linkinfo::update(&pin, program.fd()?.as_fd().as_raw_fd())
                         .with_context(|| format!("updating {}", pin.display()))?;
@@ -381,7 +403,7 @@ impl Attacher {
                     let _: FdLink = program.take_link(id)?.try_into()?;
                 }
                 repin(program, &program_pin)?;
-                Ok(Outcome { action: Action::Replaced, program_id: Some(new_id), link_id: Some(link_id) })
+                Ok(Outcome { action: AttachAction::Replaced, program_id: Some(new_id), link_id: Some(link_id) })
             }
             state => {
                 if matches!(state, PinnedState::Stale) {
@@ -393,7 +415,7 @@ impl Attacher {
                 }
                 let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let program_id = program.info()?.id();
-                let link_id = if mode == Mode::Netkit {
+                let link_id = if mode == Hook::Netkit {
                     let fd = program.fd()?.as_fd().as_raw_fd();
                     let link = linkinfo::create_netkit(fd, ifindex, direction.netkit_attach_type())
                         .with_context(|| format!("attaching to netkit device {device}"))?;
@@ -407,12 +429,12 @@ impl Attacher {
                     link_id
                 };
                 repin(program, &program_pin)?;
-                Ok(Outcome { action: Action::Attached, program_id: Some(program_id), link_id: Some(link_id) })
+                Ok(Outcome { action: AttachAction::Attached, program_id: Some(program_id), link_id: Some(link_id) })
             }
         }
     }
 
-    fn attach_clsact(&mut self, device: &str, direction: Direction) -> Result<Outcome> {
+    fn attach_clsact(&mut self, device: &str, direction: AttachPoint) -> Result<Outcome> {
         // Fails with EEXIST when the qdisc is there already; any other
         // failure shows up as the attach error below.
         let _ = tc::qdisc_add_clsact(device);
@@ -420,7 +442,7 @@ impl Attacher {
         let program_id = program.info()?.id();
         let options = NlOptions { priority: direction.clsact_priority(), handle: TcHandle::from(CLSACT_HANDLE), classid: None };
         let (action, id) = match program.attach_with_options(device, direction.tc(), TcAttachOptions::Netlink(options)) {
-            Ok(id) => (Action::Attached, id),
+            Ok(id) => (AttachAction::Attached, id),
             Err(_) => {
                 // Our filter is there from a previous agent: cls_bpf swaps the
                 // program of an existing filter atomically.
@@ -431,7 +453,7 @@ impl Attacher {
                     TcHandle::from(CLSACT_HANDLE),
                     None,
                 )?;
-                (Action::Replaced, program.attach_to_link(existing)?)
+                (AttachAction::Replaced, program.attach_to_link(existing)?)
             }
         };
         // Dropping a netlink link detaches it: the filter must outlive us.
@@ -439,9 +461,9 @@ impl Attacher {
         Ok(Outcome { action, program_id: Some(program_id), link_id: None })
     }
 
-    fn remove_unwanted(&mut self, mode: Mode, wanted: &Wanted, previous: &[Attachment]) {
+    fn remove_unwanted(&mut self, mode: TcMode, wanted: &Wanted, previous: &[Attachment]) {
         for (device, direction, pin) in pinned_links(&self.paths) {
-            let linked = |t: &Target| t.netkit || mode == Mode::Tcx;
+            let linked = |t: &Target| t.netkit || mode == TcMode::Tcx;
             if wanted.get(&(device.clone(), direction)).is_some_and(linked) {
                 continue;
             }
@@ -451,9 +473,9 @@ impl Attacher {
                 Err(e) => log::error!("{device} {}: cannot remove {}: {e}", direction.name(), pin.display()),
             }
         }
-        for old in previous.iter().filter(|a| a.mode == Mode::Clsact && a.error.is_none()) {
+        for old in previous.iter().filter(|a| a.mode == Hook::Clsact && a.error.is_none()) {
             let target = wanted.get(&(old.device.clone(), old.direction));
-            if mode == Mode::Clsact && target.is_some_and(|t| !t.netkit && t.ifindex == old.ifindex) {
+            if mode == TcMode::Clsact && target.is_some_and(|t| !t.netkit && t.ifindex == old.ifindex) {
                 continue;
             }
             match detach_clsact(&old.device, old.direction) {
@@ -470,14 +492,14 @@ fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
     program.pin(path).with_context(|| format!("pinning {}", path.display()))
 }
 
-pub fn detach_clsact(device: &str, direction: Direction) -> Result<()> {
+pub fn detach_clsact(device: &str, direction: AttachPoint) -> Result<()> {
     let link =
         SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
     link.detach().map_err(anyhow::Error::from)
 }
 
 /// Link pins under `<pin_dir>/links`, parsed into device and direction.
-pub fn pinned_links(paths: &Paths) -> Vec<(String, Direction, PathBuf)> {
+pub fn pinned_links(paths: &Paths) -> Vec<(String, AttachPoint, PathBuf)> {
     let Ok(entries) = fs::read_dir(paths.links_dir()) else { return Vec::new() };
     let mut links: Vec<_> = entries
         .flatten()
@@ -495,7 +517,7 @@ pub fn pinned_links(paths: &Paths) -> Vec<(String, Direction, PathBuf)> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LiveLink {
     pub device: String,
-    pub direction: Direction,
+    pub direction: AttachPoint,
     pub pin: PathBuf,
     pub link_id: Option<u32>,
     pub program_id: Option<u32>,
@@ -544,7 +566,7 @@ mod tests {
     fn link_pin_names_round_trip_even_with_dashes_and_dots_in_device_names() {
         let paths = Paths { pin_dir: "/p".into(), state_dir: "/s".into(), config_root: "/".into(), cni_conf_dir: "/c".into() };
         for device in ["eth0", "br-lan", "eth0.100", "en-p-1"] {
-            for direction in Direction::ALL {
+            for direction in AttachPoint::ALL {
                 let pin = link_pin(&paths, device, direction);
                 let name = pin.file_name().unwrap().to_str().unwrap();
                 assert_eq!(parse_link_pin(name), Some((device.to_owned(), direction)));

@@ -26,7 +26,7 @@ use v6node_config::{Config, LoadedConfig};
 mod endpoint_api;
 
 use crate::{
-    attach::{Attacher, Direction, Mode, Target, Wanted},
+    attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
     bigtcp,
     cluster::{self, Cluster},
     endpoints::Endpoints,
@@ -194,7 +194,7 @@ impl Daemon {
             summary.push_str(&format!(", {} pod(s)", state.endpoints.len()));
         }
         if let Some(nat64) = &state.nat64 {
-            let devices = state.attachments.iter().filter(|a| a.direction == Direction::Nat64 && a.error.is_none()).count();
+            let devices = state.attachments.iter().filter(|a| a.direction == AttachPoint::Nat64 && a.error.is_none()).count();
             summary.push_str(&format!(", NAT64 {} with {} EAM(s) on {devices} device(s)", nat64.prefix, nat64.eam.entries));
         }
         if failed > 0 {
@@ -247,12 +247,12 @@ impl Daemon {
     fn wanted_attachments(&self, config: &Config) -> Result<Wanted> {
         let mut wanted = Wanted::new();
         for (device, ifindex) in Self::wanted(&config.attach.devices)? {
-            for direction in Direction::HOST {
+            for direction in AttachPoint::HOST {
                 wanted.insert((device.clone(), direction), Target { ifindex, netkit: false });
             }
         }
         for (device, ifindex) in Self::wanted(&config.nat64.devices)? {
-            wanted.insert((device, Direction::Nat64), Target { ifindex, netkit: false });
+            wanted.insert((device, AttachPoint::Nat64), Target { ifindex, netkit: false });
         }
         self.endpoints.wanted(&mut wanted);
         Ok(wanted)
@@ -408,7 +408,7 @@ impl Daemon {
     /// Brings attachments and BIG TCP in line with the devices present now.
     async fn reconcile_devices(&mut self) {
         let config = self.loaded.config.clone();
-        let mode = Mode::resolve(config.attach.mode);
+        let mode = TcMode::resolve(config.attach.mode);
         let previous = self.state.lock().expect("state lock").attachments.clone();
         let attachments = match self.wanted_attachments(&config) {
             Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),

@@ -8,7 +8,7 @@ use std::fs;
 use anyhow::{bail, Context, Result};
 
 use crate::{
-    attach::{detach_clsact, pinned_links, program_pin, Direction},
+    attach::{detach_clsact, pinned_links, program_pin, AttachPoint},
     bpf, files, netdev,
     paths::Paths,
     state,
@@ -30,7 +30,7 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
     // clsact filters are found by their fixed priority and handle on every
     // device, since no pin records them.
     for device in netdev::devices()?.keys() {
-        for direction in Direction::ALL {
+        for direction in AttachPoint::ALL {
             if detach_clsact(device, direction).is_ok() {
                 println!("detached {device} {} (clsact filter)", direction.name());
                 removed += 1;

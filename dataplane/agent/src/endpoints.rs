@@ -14,7 +14,7 @@ use v6node_abi::{maps, EndpointKey, EndpointValue, ENDPOINT_NETKIT};
 use v6node_api::{format_mac, Endpoint, EndpointState, PodDevice};
 
 use crate::{
-    attach::{Direction, Target, Wanted},
+    attach::{AttachPoint, Target, Wanted},
     bigtcp, bpf, files, netdev,
     paths::Paths,
     state,
@@ -104,7 +104,7 @@ impl Endpoints {
     pub fn wanted(&self, wanted: &mut Wanted) {
         for state in self.records.values() {
             let target = Target { ifindex: state.host_ifindex, netkit: state.endpoint.device == PodDevice::Netkit };
-            for direction in Direction::POD {
+            for direction in AttachPoint::POD {
                 wanted.insert((state.endpoint.host_device.clone(), direction), target);
             }
         }

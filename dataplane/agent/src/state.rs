@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     attach::Attachment,
-    attach::Mode,
+    attach::TcMode,
     bigtcp, files,
     paths::Paths,
     tables::{Nat64Stats, SyncStats},
@@ -35,7 +35,7 @@ pub struct State {
     pub reloads: u64,
     pub config_files: Vec<PathBuf>,
     pub last_reload: Option<Reload>,
-    pub mode: Option<Mode>,
+    pub mode: Option<TcMode>,
     pub attachments: Vec<Attachment>,
     pub bigtcp: Vec<bigtcp::Report>,
     pub deny_sources: Option<SyncStats>,

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::{
-    attach::{self, Attachment, LiveLink, Mode},
+    attach::{self, Attachment, LiveLink, TcMode},
     bigtcp,
     counters::{self, CounterRow},
     netdev,
@@ -23,7 +23,7 @@ struct Status {
     problems: Vec<String>,
     agent: Agent,
     pin_dir: PathBuf,
-    mode: Option<Mode>,
+    mode: Option<TcMode>,
     /// tcx links found pinned, checked against the kernel.
     links: Vec<LiveLink>,
     /// What the agent last did per device and direction (clsact included).
