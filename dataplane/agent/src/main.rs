@@ -36,7 +36,9 @@ use crate::paths::Paths;
 /// agent adopts what it finds pinned; only `detach` removes it.
 ///
 /// Configuration is TOML, merged in this order: /usr/lib/v6node/dataplane.toml
-/// (vendor defaults), /etc/v6node/dataplane.toml, /etc/v6node/dataplane.d/*.toml.
+/// (vendor defaults), /run/v6node/dataplane.d/*.toml (this boot only: the
+/// node's role and credentials), /etc/v6node/dataplane.toml,
+/// /etc/v6node/dataplane.d/*.toml.
 #[derive(Parser)]
 #[command(version, max_term_width = 100)]
 struct Cli {

@@ -5,7 +5,7 @@
 //!
 //! 1. `<root>/usr/lib/v6node/dataplane.toml` (vendor defaults)
 //! 2. `<root>/run/v6node/dataplane.d/*.toml` (this boot only: the node's role
-//!    and the `v6node.dataplane` credential, written by v6node-role-generator)
+//!    and the `v6node.dataplane` credential, put there by v6node-role.service)
 //! 3. `<root>/etc/v6node/dataplane.toml` (admin)
 //! 4. `<root>/etc/v6node/dataplane.d/*.toml`
 //!

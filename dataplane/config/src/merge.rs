@@ -136,7 +136,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// Vendor file, admin file, then the drop-ins sorted by file name.
+/// Vendor file, this boot's drop-ins, admin file, then the admin's drop-ins;
+/// drop-ins sorted by file name.
 pub(crate) fn stack(root: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let mut files = vec![root.join("usr/lib/v6node/dataplane.toml")];
     files.extend(dropins(&root.join("run/v6node/dataplane.d"))?);
