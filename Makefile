@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image kubernetes dataplane test test-rust test-bpf test-host test-netns test-image test-e2e bench clean
+.PHONY: image kubernetes dataplane test test-lint test-rust test-bpf test-host test-netns test-image test-e2e bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
@@ -19,10 +19,15 @@ dataplane:
 	scripts/setup-host
 	scripts/build-dataplane
 
-## Every test tier: Rust units, host scripts, the agent in network
-## namespaces, image build and qemu boot tests, then kubeadm join end to end.
+## Every test tier: style (rustfmt, clippy), Rust units, host scripts, the
+## agent in network namespaces, image build and qemu boot tests, then
+## kubeadm join end to end.
 test:
 	tests/run
+
+## rustfmt and clippy over the dataplane (warnings fail).
+test-lint:
+	tests/run lint
 
 test-rust:
 	tests/run rust
