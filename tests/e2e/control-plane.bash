@@ -15,6 +15,7 @@
 #                        kube-scheduler; sets cp_token and cp_ca_hash
 # control_plane_down     stops them
 # kc ARGS...             kubectl as cluster admin
+# dataplane_identity     the agent's ServiceAccount; prints its token
 cp_bin=$V6NODE_TOP/build/kubernetes-control-plane
 cp_api=fd00:9::1
 cp_service_subnet=fd00:10:96::/112
@@ -56,7 +57,7 @@ controlPlaneEndpoint: "[$cp_api]:6443"
 certificatesDir: /etc/kubernetes/pki
 networking:
   serviceSubnet: "$cp_service_subnet"
-  podSubnet: "$gateway_pod_prefix"
+  podSubnet: "${cp_pod_subnet:-$gateway_pod_prefix}"
 etcd:
   local:
     dataDir: "$cp_dir/etcd"
@@ -120,6 +121,20 @@ YAML
         openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1)
 }
 
+# dataplane_identity: the agent's ServiceAccount and read-only ClusterRole as
+# the image ships them; prints the long-lived token the control plane issues
+# for it (the token controller fills the Secret within seconds).
+dataplane_identity() {
+    local token
+    kc apply -f - <"$V6NODE_TOP/mkosi.extra/usr/share/v6node/kubernetes/dataplane-rbac.yaml" >/dev/null || return 1
+    for _ in $(seq 30); do
+        token=$(kc -n kube-system get secret v6node-dataplane-token -o jsonpath='{.data.token}' 2>/dev/null | base64 -d)
+        [[ -n "$token" ]] && { echo "$token"; return 0; }
+        sleep 1
+    done
+    return 1
+}
+
 control_plane_down() {
     local pid
     for pid in "${cp_pids[@]}"; do kill "$pid" 2>/dev/null; done
@@ -133,7 +148,7 @@ control_plane_down() {
     done
     for pid in "${cp_pids[@]}"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
     cp_pids=()
-    # The mount point control_plane_up made, unless something else is there.
-    rmdir /etc/kubernetes 2>/dev/null
+    # /etc/kubernetes stays, empty: another control plane of these tests (a
+    # cluster from make cluster, a test running beside) may mount over it.
     return 0
 }

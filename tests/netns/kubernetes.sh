@@ -31,6 +31,8 @@ export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG
 agent_pid=
 
 cleanup() {
+    # What the agent said, when something failed.
+    ((tap_failed == 0)) || tail -n 40 "$work/agent.log" | sed 's/^/# agent: /'
     [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
     control_plane_down
     wait 2>/dev/null
@@ -141,8 +143,7 @@ pass_if "no routes of v6node's before the cluster is known" test -z "$(v6node_ro
 # --- the API server comes up; Nodes become routes ------------------------------
 control_plane_up "$work/cp" >"$work/cp.log" 2>&1 || { cat "$work/cp.log"; echo "Bail out! control plane did not start"; exit 1; }
 cp "$work/cp/etc/pki/ca.crt" "$work/ca.crt"
-kc apply -f "$top/mkosi.extra/usr/share/v6node/kubernetes/dataplane-rbac.yaml" >/dev/null
-kc -n kube-system create token v6node-dataplane --duration=1h >"$work/token"
+dataplane_identity >"$work/token" || { echo "Bail out! no token for the dataplane's ServiceAccount"; exit 1; }
 make_node node-a fd00:9::a fd00:10:244:a::/64
 make_node node-b fd00:9::b fd00:10:244:b::/64
 api_connected_is() { [[ "$(jq_status .cluster.api.connected)" == "$1" ]]; }
@@ -204,7 +205,17 @@ pass_if "status counts the problems (3)" \
 pass_if "this node's CNI prefix is still its own" cni_prefix_is fd00:10:244:a::/64
 for n in node-v4 node-overlap node-far; do kc delete node "$n" >/dev/null; done
 
-# --- the API server goes away and comes back ------------------------------------
+# --- the API server goes away and comes back, and the token was rotated ---------
+# A new token in the file, the old one revoked (its Secret deleted): the next
+# connection uses the file as it is then, without a restart of the agent.
+old_token=$(cat "$work/token")
+kc -n kube-system create token v6node-dataplane --duration=1h >"$work/token.new" && mv "$work/token.new" "$work/token"
+kc -n kube-system delete secret v6node-dataplane-token >/dev/null
+old_token_refused() {
+    ! nsenter --net="/run/netns/$gw_ns" curl -sf --cacert "$work/ca.crt" -H "Authorization: Bearer $old_token" \
+        -o /dev/null "https://[$cp_api]:6443/api/v1/nodes"
+}
+pass_if "token rotated: the old one (its Secret deleted) is refused by the API server" retry 20 old_token_refused
 connects_before=$(jq_status '.cluster.api.connects')
 control_plane_down
 disconnected() { retry 60 api_connected_is false; }
@@ -215,7 +226,7 @@ pass_if "API server gone: node-b's pod still reachable" in_node ping -q -c 3 -i 
 # The same etcd data and certificates (kubeadm's phases keep what exists):
 # the cluster as it was.
 control_plane_up "$work/cp" >>"$work/cp.log" 2>&1 || { echo "Bail out! control plane did not restart"; exit 1; }
-pass_if "API server back: the agent reconnects by itself" connected
+pass_if "API server back: the agent reconnects by itself, with the rotated token" connected
 pass_if "API server back: a new connection was made" test "$(jq_status '.cluster.api.connects')" -gt "$connects_before"
 pass_if "API server back: routes unchanged" routes_are "fd00:10:244:b::/64 via fd00:9::b"
 

@@ -52,6 +52,7 @@ pub struct ApiState {
 
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const KUBECONFIG_POLL: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -59,11 +60,26 @@ pub enum Error {
     Kubeconfig { path: PathBuf, source: kube::config::KubeconfigError },
     #[error("kubeconfig {path}: {source}")]
     Client { path: PathBuf, source: kube::Error },
+    #[error("kubeconfig {path}: reading its token file {file}: {source}")]
+    TokenFile { path: PathBuf, file: String, source: std::io::Error },
 }
 
-/// Builds a client from the kubeconfig as it is on disk now.
+/// Builds a client from the kubeconfig as it is on disk now. A token file
+/// is read here, white space trimmed (`echo TOKEN > file` ends in a newline,
+/// which would make an invalid header): every new client, and so every
+/// reconnection, takes the file as it is then.
 pub async fn client(path: &std::path::Path) -> Result<(Client, String), Error> {
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig { path: path.into(), source })?;
+    let mut kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig { path: path.into(), source })?;
+    for auth in kubeconfig.auth_infos.iter_mut().filter_map(|a| a.auth_info.as_mut()) {
+        if let (None, Some(file)) = (&auth.token, auth.token_file.take()) {
+            let token = std::fs::read_to_string(&file).map_err(|source| Error::TokenFile {
+                path: path.into(),
+                file: file.clone(),
+                source,
+            })?;
+            auth.token = Some(secrecy::SecretString::from(token.trim().to_string()));
+        }
+    }
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|source| Error::Kubeconfig { path: path.into(), source })?;
@@ -131,7 +147,20 @@ async fn follow(settings: Settings, mut writer: Writer<Node>, state: Arc<Mutex<A
         }
     };
     let mut backoff = BACKOFF_MIN;
+    let mut last_reason = String::new();
     loop {
+        // Before the node has joined there is no kubeconfig yet: wait for it
+        // quietly, and take it up within seconds of the join.
+        if !settings.kubeconfig.exists() {
+            let reason = format!("waiting for {} (written when the node joins its cluster)", settings.kubeconfig.display());
+            if reason != last_reason {
+                log::info!("Kubernetes API: {reason}");
+                update(&|s| s.error = Some(reason.clone()));
+                last_reason = reason;
+            }
+            tokio::time::sleep(KUBECONFIG_POLL).await;
+            continue;
+        }
         let reason = match client(&settings.kubeconfig).await {
             Err(e) => e.to_string(),
             Ok((client, server)) => {
@@ -146,6 +175,7 @@ async fn follow(settings: Settings, mut writer: Writer<Node>, state: Arc<Mutex<A
                             writer.apply_watcher_event(&event);
                             if matches!(event, watcher::Event::InitDone) {
                                 backoff = BACKOFF_MIN;
+                                last_reason.clear();
                                 update(&|s| {
                                     s.connected = true;
                                     s.synced = true;
@@ -160,7 +190,11 @@ async fn follow(settings: Settings, mut writer: Writer<Node>, state: Arc<Mutex<A
                 }
             }
         };
-        log::warn!("Kubernetes API: {reason}; retrying in {} ms", backoff.as_millis());
+        // The same failure again and again is said once.
+        if reason != last_reason {
+            log::warn!("Kubernetes API: {reason}; retrying with backoff (up to {} s)", BACKOFF_MAX.as_secs());
+        }
+        last_reason = reason.clone();
         update(&|s| {
             s.connected = false;
             s.error = Some(reason.clone());
