@@ -96,14 +96,19 @@ kubelet_ipv6_only() {
         grep -q -- '--node-ip=fd00:9::2' /var/lib/kubelet/kubeadm-flags.env
 }
 
+# The agent follows the cluster with its own ServiceAccount token: the Node's
+# podCIDR becomes the CNI config, the kubeconfig and token are root's only.
 pod_prefix_reaches_cni() {
     retry 300 test -e /etc/cni/net.d/10-v6node.conflist || {
-        journalctl -b -u v6node-pod-prefix.service -o cat | tail -n 15
+        journalctl -b -u v6node-dataplane.service -o cat | grep -i kubernetes | tail -n 15
+        v6node-dataplane status | sed -n '/^cluster:/,/^$/p'
         return 1
     }
     jq -r '.plugins[0].podCIDR' /etc/cni/net.d/10-v6node.conflist
-    cat /run/v6node/dataplane.d/50-kubernetes.toml
-    systemctl is-active -q v6node-pod-prefix.service
+    v6node-dataplane status | sed -n '/^cluster:/,/^counters:/p'
+    v6node-dataplane status --json | jq -e --arg p "$(jq -r '.plugins[0].podCIDR' /etc/cni/net.d/10-v6node.conflist)" \
+        '.cluster.api.connected and .cluster.pod_prefixes == [$p]' >/dev/null &&
+        [[ "$(stat -c %a /etc/kubernetes/v6node-dataplane.conf /etc/kubernetes/v6node-dataplane.token | sort -u)" == 600 ]]
 }
 
 pod_on_netkit() {
@@ -124,21 +129,20 @@ pod_on_netkit() {
 operator_view() {
     # What an operator reads: one line of state per unit, and the agent's view.
     local unit
-    for unit in v6node-extensions v6node-kubeadm-join containerd v6node-images kubelet v6node-pod-prefix v6node-dataplane; do
+    for unit in v6node-extensions v6node-kubeadm-join containerd v6node-images kubelet v6node-dataplane; do
         printf '%s: %s/%s\n' "$unit" "$(systemctl show -P ActiveState "$unit")" "$(systemctl show -P Result "$unit")"
     done
-    systemctl is-active -q kubelet containerd v6node-dataplane v6node-pod-prefix
+    systemctl is-active -q kubelet containerd v6node-dataplane
 }
 
 units_hardened() {
     local unit
     # Exposure (0 best .. 10): measured and reported; the two that must mount
     # or run kubeadm (which needs most of the system) are reported, not held.
-    for unit in v6node-images.service v6node-pod-prefix.service v6node-extensions.service v6node-kubeadm-join.service; do
+    for unit in v6node-images.service v6node-extensions.service v6node-kubeadm-join.service; do
         printf '%s: %s\n' "$unit" "$(systemd-analyze security --no-pager "$unit" 2>&1 | grep -o 'Overall exposure level.*')"
     done
-    systemd-analyze security --no-pager --threshold=20 v6node-images.service >/dev/null &&
-        systemd-analyze security --no-pager --threshold=20 v6node-pod-prefix.service >/dev/null
+    systemd-analyze security --no-pager --threshold=20 v6node-images.service >/dev/null
 }
 
 pass_if "the Kubernetes sysext is downloaded, checked and merged (kubeadm, kubelet)" sysext_merged
@@ -149,7 +153,7 @@ pass_if "hash corrected in /etc/credstore, a wrong token: refused with kubeadm's
 pass_if "the boot's token again: the join succeeds, kubelet runs" corrected_join_succeeds
 pass_if "no world-readable file holds the bootstrap token" no_secret_world_readable
 pass_if "kubelet: IPv6 node IP, IPv6 cluster DNS" kubelet_ipv6_only
-pass_if "the node's podCIDR reaches the dataplane and the CNI config" pod_prefix_reaches_cni
+pass_if "the agent follows the API with its own token: the Node's podCIDR in the CNI config" pod_prefix_reaches_cni
 pass_if "the pod runs on a netkit device (v6node-dataplane status)" pod_on_netkit
 pass_if "systemctl shows every piece active" operator_view
 pass_if "new units' exposure (systemd-analyze security)" units_hardened

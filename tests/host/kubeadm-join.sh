@@ -15,10 +15,12 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin"
 cat >"$tmp/bin/kubeadm" <<'EOF'
 #!/bin/bash
-# Records the join's configuration; fails when told to.
+# Records the join's configuration; fails when told to; a join that works
+# leaves kubelet's kubeconfig as kubeadm does.
 [[ "$1" == join ]] && cp "$3" "$STANDIN_DIR/join.yaml"
 echo "$*" >>"$STANDIN_DIR/kubeadm.calls"
 [[ "$1" != join || -z "${STANDIN_FAIL:-}" ]] || { echo "error: the stand-in was told to fail" >&2; exit 3; }
+[[ "$1" != join ]] || printf 'clusters:\n- cluster:\n    server: https://[2001:db8::10]:6443\n' >"$V6NODE_KUBERNETES_DIR/kubelet.conf"
 EOF
 printf '#!/bin/sh\necho "${STANDIN_HOSTNAME:-node-1}"\n' >"$tmp/bin/hostname"
 chmod +x "$tmp/bin/kubeadm" "$tmp/bin/hostname"
@@ -27,12 +29,17 @@ token=abcdef.0123456789abcdef
 hash=sha256:$(printf 'ab%.0s' $(seq 32))
 # join KEY=VALUE...: runs the script with these v6node.kubeadm.* credentials.
 join() {
-    rm -rf "$tmp/creds" "$tmp/run" "$tmp/join.yaml" "$tmp/kubeadm.calls" && mkdir -p "$tmp/creds" "$tmp/run"
+    rm -rf "$tmp/creds" "$tmp/run" "$tmp/join.yaml" "$tmp/kubeadm.calls" "$tmp/etc" && mkdir -p "$tmp/creds" "$tmp/run" "$tmp/etc"
     local kv
-    for kv in "$@"; do printf '%s\n' "${kv#*=}" >"$tmp/creds/v6node.kubeadm.${kv%%=*}"; done
+    for kv in "$@"; do
+        case "$kv" in
+        kubernetes.*) printf '%s\n' "${kv#*=}" >"$tmp/creds/v6node.${kv%%=*}" ;;
+        *) printf '%s\n' "${kv#*=}" >"$tmp/creds/v6node.kubeadm.${kv%%=*}" ;;
+        esac
+    done
     # In a network namespace of its own whose one address, 2001:db8::2, is
     # the source towards the endpoint.
-    PATH=$tmp/bin:$PATH STANDIN_DIR=$tmp CREDENTIALS_DIRECTORY=$tmp/creds RUNTIME_DIRECTORY=$tmp/run \
+    PATH=$tmp/bin:$PATH STANDIN_DIR=$tmp CREDENTIALS_DIRECTORY=$tmp/creds RUNTIME_DIRECTORY=$tmp/run V6NODE_KUBERNETES_DIR=$tmp/etc \
         unshare --net bash -c 'ip link add d0 type veth peer name d1 && ip -6 address add 2001:db8::2/64 dev d0 nodad && ip link set d1 up &&
             ip link set d0 up && exec "$0"' "$script" >"$tmp/log" 2>&1
 }
@@ -87,4 +94,22 @@ failed_join_undone() {
         grep -qx 'reset --force' "$tmp/kubeadm.calls"
 }
 pass_if "a failed join keeps kubeadm's reason, exits with its status and is reset" failed_join_undone
+sa_token=eyJhbGciOiJSUzI1NiJ9.dataplane.signature
+dataplane_kubeconfig() {
+    join endpoint='[2001:db8::10]:6443' token="$token" ca-cert-hash="$hash" kubernetes.token="$sa_token" ||
+        { cat "$tmp/log"; return 1; }
+    cat "$tmp/etc/v6node-dataplane.conf"
+    grep -q 'server: "https://\[2001:db8::10\]:6443"' "$tmp/etc/v6node-dataplane.conf" &&
+        grep -q "tokenFile: \"$tmp/etc/v6node-dataplane.token\"" "$tmp/etc/v6node-dataplane.conf" &&
+        grep -q "certificate-authority: \"$tmp/etc/pki/ca.crt\"" "$tmp/etc/v6node-dataplane.conf" &&
+        [[ "$(cat "$tmp/etc/v6node-dataplane.token")" == "$sa_token" ]] &&
+        [[ "$(stat -c %a "$tmp/etc/v6node-dataplane.conf" "$tmp/etc/v6node-dataplane.token" | sort -u)" == 600 ]] &&
+        ! grep -qF "$sa_token" "$tmp/log"
+}
+pass_if "joined with v6node.kubernetes.token: the agent's kubeconfig and token file (mode 600), token not logged" dataplane_kubeconfig
+no_dataplane_token() {
+    join endpoint='[2001:db8::10]:6443' token="$token" ca-cert-hash="$hash" || return 1
+    grep 'no v6node.kubernetes.token credential' "$tmp/log" && [[ ! -e "$tmp/etc/v6node-dataplane.token" ]]
+}
+pass_if "joined without it: says what the dataplane cannot do, and how to give the token" no_dataplane_token
 tap_done

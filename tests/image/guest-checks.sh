@@ -349,7 +349,7 @@ units_hardened() {
     # that times ten. 2.0 is what a root service with only the capabilities it
     # needs can reach; the dataplane agent, loading BPF, is measured at 2.0 too.
     local unit report bad=0
-    for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service v6node-pod-prefix.service; do
+    for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done
