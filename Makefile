@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image kubernetes dataplane test test-lint test-rust test-bpf test-host test-netns test-image test-e2e bench clean
+.PHONY: image kubernetes dataplane cluster cluster-down test test-lint test-rust test-bpf test-host test-netns test-image test-e2e bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
@@ -18,6 +18,16 @@ kubernetes:
 dataplane:
 	scripts/setup-host
 	scripts/build-dataplane
+
+## A local cluster: the control plane on this machine and NODES nodes
+## booted from the image under qemu, all Ready; admin kubeconfig in
+## mkosi.output/cluster/admin.conf (scripts/cluster kubectl get nodes).
+NODES ?= 2
+cluster:
+	scripts/cluster up $(NODES)
+
+cluster-down:
+	scripts/cluster down
 
 ## Every test tier: style (rustfmt, clippy), Rust units, host scripts, the
 ## agent in network namespaces, image build and qemu boot tests, then

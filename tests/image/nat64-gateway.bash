@@ -5,6 +5,8 @@
 #
 #   node (guest)  --tap--  $gw_ns  --veth--  $v4_ns (IPv4-only host)
 #   fd00:9::2              fd00:9::1 | 192.0.2.254    192.0.2.1
+#   (node N: fd00:9::N+2, on tap gwtapN; the taps share the bridge gwbr,
+#   which holds fd00:9::1, so nodes reach each other on one link)
 #
 # The node's pods (fd00:10:244:7::/64, routed to the node) reach the IPv4-only
 # host as 64:ff9b::192.0.2.1; pod addresses ::0-::ff are mapped to
@@ -12,13 +14,16 @@
 # on fd00:9::1 answers 64:ff9b::c000:201 for ipv4only.test, which only has an
 # A record on the IPv4 host's DNS server; that host serves HTTP on :8080.
 #
-# nat64_gateway_up ID OUTDIR: makes the namespaces ($gw_ns, where qemu must
-# run to reach the tap $gateway_tap) and starts the agent, unbound, dnsmasq
-# and an HTTP server; nat64_gateway_down undoes it. gateway_agent runs the
-# gateway's agent CLI (status --json, ...).
+# nat64_gateway_up ID OUTDIR [NODES]: makes the namespaces ($gw_ns, where qemu
+# must run to reach the taps; node 0's is $gateway_tap) and starts the agent,
+# unbound, dnsmasq and an HTTP server; nat64_gateway_down undoes it.
+# gateway_agent runs the gateway's agent CLI (status --json, ...).
 gateway_node_address=fd00:9::2
 gateway_address=fd00:9::1
 gateway_pod_prefix=fd00:10:244:7::/64
+# The translator's EAMs (TOML inline tables): pod addresses ::0-::ff of the
+# pod prefix as 198.51.100.0/24.
+gateway_eams='{ ipv6 = "fd00:10:244:7::/120", ipv4 = "198.51.100.0/24" }'
 gateway_ipv4_host=192.0.2.1
 gateway_tap=gwtap0
 gateway_pids=()
@@ -27,7 +32,7 @@ gateway_at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 gateway_agent() { gateway_at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@"; }
 
 nat64_gateway_up() {
-    local id=$1 out=$2
+    local id=$1 out=$2 nodes=${3:-1} i
     gw_ns=$id-gw v4_ns=$id-v4
     gateway_bin=$("$V6NODE_TOP/scripts/build-dataplane") || return 1
     gateway_env=(V6NODE_PIN_DIR="/sys/fs/bpf/$id" V6NODE_STATE_DIR="$out/gateway-state" V6NODE_CONFIG_ROOT="$out/gateway-root")
@@ -38,12 +43,16 @@ nat64_gateway_up() {
             net.ipv6.conf.default.autoconf=0
         ip -n "$ns" link set lo up
     done
-    ip -n "$gw_ns" tuntap add dev "$gateway_tap" mode tap
+    ip -n "$gw_ns" link add gwbr type bridge
+    for ((i = 0; i < nodes; i++)); do
+        ip -n "$gw_ns" tuntap add dev "gwtap$i" mode tap
+        ip -n "$gw_ns" link set "gwtap$i" master gwbr up
+    done
     ip -n "$gw_ns" link add gw4 type veth peer name eth0 netns "$v4_ns"
-    ip -n "$gw_ns" address add "$gateway_address/64" dev "$gateway_tap"
+    ip -n "$gw_ns" address add "$gateway_address/64" dev gwbr
     ip -n "$gw_ns" address add 192.0.2.254/24 dev gw4
     ip -n "$v4_ns" address add "$gateway_ipv4_host/24" dev eth0
-    ip -n "$gw_ns" link set "$gateway_tap" up
+    ip -n "$gw_ns" link set gwbr up
     ip -n "$gw_ns" link set gw4 up
     ip -n "$v4_ns" link set eth0 up
     ip -n "$gw_ns" route add "$gateway_pod_prefix" via "$gateway_node_address"
@@ -53,13 +62,13 @@ nat64_gateway_up() {
     mkdir -p "$out/gateway-root/usr/lib/v6node" "$out/www"
     cat >"$out/gateway-root/usr/lib/v6node/dataplane.toml" <<TOML
 [attach]
-devices = ["$gateway_tap", "gw4"]
+devices = ["gwbr", "gw4"]
 [bigtcp]
 devices = []
 [nat64]
-devices = ["$gateway_tap", "gw4"]
+devices = ["gwbr", "gw4"]
 prefix = "64:ff9b::/96"
-eam = [{ ipv6 = "fd00:10:244:7::/120", ipv4 = "198.51.100.0/24" }]
+eam = [$gateway_eams]
 TOML
     # With the unit's capability set, as the namespace tests run the agent.
     local top=$V6NODE_TOP V6NODE_DATAPLANE=$gateway_bin bin caps

@@ -49,58 +49,63 @@ guest_results_port() {
         -device "virtserialport,chardev=v6nodetest,name=org.v6node.test")
 }
 
-# boot_with_script OUTDIR SCRIPT [MKOSI_OPTION...]: boots, waits for the guest
-# to power off (V6NODE_BOOT_TIMEOUT seconds at most), leaves console.log and
-# results (the port's output) in OUTDIR. Returns qemu's status (124: timeout).
-boot_with_script() {
-    local out=$1 script=$2 rc saved=("${guest_credentials[@]}")
-    shift 2
-    mkdir -p "$out"
-    rm -f "$out/results" "$out/console.log"
-    guest_test_credentials "$script"
-    guest_results_port "$out"
-    # mkosi reopens its stdout for qemu without O_APPEND; a pipe keeps the
-    # firmware's, mkosi's and the kernel's lines from overwriting each other.
+# plain_vm_options EFIVARS [MEMORY]: the qemu options (in vm_options) of a
+# plain UEFI VM as "any UEFI VM" runs the image: this host's own qemu and OVMF
+# firmware (not mkosi's), a fresh copy of OVMF's variables in EFIVARS.
+plain_vm_options() {
+    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$1"
+    vm_options=(-machine q35 -accel tcg -smp 2 -m "${2:-2G}" -nodefaults
+        -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
+        -drive "if=pflash,format=raw,unit=1,file=$1")
+}
+
+# launch_mkosi OUTDIR MKOSI_OPTION...: mkosi's qemu on the image as built, on
+# a throwaway copy (30-runtime.conf). mkosi reopens its stdout for qemu
+# without O_APPEND; a pipe keeps the firmware's, mkosi's and the kernel's
+# lines from overwriting each other.
+launch_mkosi() {
+    local out=$1
+    shift
     ${guest_netns:+ip netns exec "$guest_netns"} \
         timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" "$V6NODE_TOP/scripts/mkosi" "$@" \
         --kernel-command-line-extra="$guest_test_cmdline" \
-        qemu \
-        "${guest_credentials[@]}" \
-        "${guest_network[@]}" \
-        "${guest_port[@]}" \
+        qemu "${guest_credentials[@]}" "${guest_network[@]}" "${guest_port[@]}" \
         </dev/null 2>&1 | cat >"$out/console.log"
-    rc=${PIPESTATUS[0]}
-    # The unit and script belong to this boot only; callers may boot again.
-    guest_credentials=("${saved[@]}")
-    touch "$out/results"
-    return "$rc"
+    return "${PIPESTATUS[0]}"
 }
 
-# boot_disks_with_script OUTDIR SCRIPT QEMU_DRIVE_OPTION...: the same, but the
-# way "any UEFI VM" boots the image: this host's own qemu and OVMF firmware
-# (not mkosi's), the disks exactly as the caller gives them (the first one
-# boots), the test's boot arguments through systemd-stub's SMBIOS credential
-# (io.systemd.stub.kernel-cmdline-extra), as mkosi itself passes them.
-boot_disks_with_script() {
-    local out=$1 script=$2 rc saved=("${guest_credentials[@]}")
-    shift 2
+# launch_plain_vm OUTDIR QEMU_DRIVE_OPTION...: a plain UEFI VM with the disks
+# exactly as given (the first one boots); the test's boot arguments reach the
+# UKI through systemd-stub's SMBIOS credential, as mkosi passes them.
+launch_plain_vm() {
+    local out=$1 vm_options
+    shift
+    plain_vm_options "$out/efivars.fd"
+    ${guest_netns:+ip netns exec "$guest_netns"} \
+        timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" qemu-system-x86_64 "${vm_options[@]}" \
+        -nographic -serial stdio \
+        -smbios "type=11,value=io.systemd.stub.kernel-cmdline-extra=$guest_test_cmdline" \
+        "${guest_credentials[@]}" "${guest_network[@]}" "${guest_port[@]}" "$@" \
+        </dev/null >"$out/console.log" 2>&1
+}
+
+# boot_with_script OUTDIR SCRIPT [MKOSI_OPTION...]: boots, waits for the guest
+# to power off (V6NODE_BOOT_TIMEOUT seconds at most), leaves console.log and
+# results (the port's output) in OUTDIR. Returns qemu's status (124: timeout).
+# boot_disks_with_script OUTDIR SCRIPT QEMU_DRIVE_OPTION...: the same in a
+# plain UEFI VM (launch_plain_vm).
+boot_with_script() { boot_and_collect launch_mkosi "$@"; }
+boot_disks_with_script() { boot_and_collect launch_plain_vm "$@"; }
+
+boot_and_collect() {
+    local launch=$1 out=$2 script=$3 rc=0 saved=("${guest_credentials[@]}")
+    shift 3
     mkdir -p "$out"
     rm -f "$out/results" "$out/console.log"
     guest_test_credentials "$script"
     guest_results_port "$out"
-    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$out/efivars.fd"
-    ${guest_netns:+ip netns exec "$guest_netns"} \
-        timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" qemu-system-x86_64 \
-        -machine q35 -accel tcg -smp 2 -m 2G -nographic -nodefaults -serial stdio \
-        -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd \
-        -drive "if=pflash,format=raw,unit=1,file=$out/efivars.fd" \
-        -smbios "type=11,value=io.systemd.stub.kernel-cmdline-extra=$guest_test_cmdline" \
-        "${guest_credentials[@]}" \
-        "${guest_network[@]}" \
-        "${guest_port[@]}" \
-        "$@" \
-        </dev/null >"$out/console.log" 2>&1
-    rc=$?
+    "$launch" "$out" "$@" || rc=$?
+    # The unit and script belong to this boot only; callers may boot again.
     guest_credentials=("${saved[@]}")
     touch "$out/results"
     return "$rc"
