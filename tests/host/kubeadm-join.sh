@@ -23,13 +23,14 @@ echo "$*" >>"$STANDIN_DIR/kubeadm.calls"
 [[ "$1" != join ]] || printf 'clusters:\n- cluster:\n    server: https://[2001:db8::10]:6443\n' >"$V6NODE_KUBERNETES_DIR/kubelet.conf"
 EOF
 printf '#!/bin/sh\necho "${STANDIN_HOSTNAME:-node-1}"\n' >"$tmp/bin/hostname"
-chmod +x "$tmp/bin/kubeadm" "$tmp/bin/hostname"
+printf '#!/bin/sh\necho "$*" >>"$STANDIN_DIR/systemctl.calls"\n' >"$tmp/bin/systemctl"
+chmod +x "$tmp/bin/kubeadm" "$tmp/bin/hostname" "$tmp/bin/systemctl"
 
 token=abcdef.0123456789abcdef
 hash=sha256:$(printf 'ab%.0s' $(seq 32))
 # join KEY=VALUE...: runs the script with these v6node.kubeadm.* credentials.
 join() {
-    rm -rf "$tmp/creds" "$tmp/run" "$tmp/join.yaml" "$tmp/kubeadm.calls" "$tmp/etc" && mkdir -p "$tmp/creds" "$tmp/run" "$tmp/etc"
+    rm -rf "$tmp/creds" "$tmp/run" "$tmp/join.yaml" "$tmp/kubeadm.calls" "$tmp/systemctl.calls" "$tmp/etc" && mkdir -p "$tmp/creds" "$tmp/run" "$tmp/etc"
     local kv
     for kv in "$@"; do
         case "$kv" in
@@ -104,9 +105,10 @@ dataplane_kubeconfig() {
         grep -q "certificate-authority: \"$tmp/etc/pki/ca.crt\"" "$tmp/etc/v6node-dataplane.conf" &&
         [[ "$(cat "$tmp/etc/v6node-dataplane.token")" == "$sa_token" ]] &&
         [[ "$(stat -c %a "$tmp/etc/v6node-dataplane.conf" "$tmp/etc/v6node-dataplane.token" | sort -u)" == 600 ]] &&
-        ! grep -qF "$sa_token" "$tmp/log"
+        ! grep -qF "$sa_token" "$tmp/log" &&
+        grep -qx 'set-property v6node-dataplane.service IPAddressAllow=2001:db8::10' "$tmp/systemctl.calls"
 }
-pass_if "joined with v6node.kubernetes.token: the agent's kubeconfig and token file (mode 600), token not logged" dataplane_kubeconfig
+pass_if "joined with v6node.kubernetes.token: the agent's kubeconfig and token file (mode 600), token not logged, its unit may reach the API server" dataplane_kubeconfig
 no_dataplane_token() {
     join endpoint='[2001:db8::10]:6443' token="$token" ca-cert-hash="$hash" || return 1
     grep 'no v6node.kubernetes.token credential' "$tmp/log" && [[ ! -e "$tmp/etc/v6node-dataplane.token" ]]
