@@ -73,11 +73,6 @@ impl Cluster {
         self.watch.subscribe()
     }
 
-    /// This node's first IPv6 pod prefix, once the API has told it.
-    pub fn pod_prefix(&self) -> Option<Ipv6Net> {
-        self.watch.view()?.local_prefixes?.first().copied()
-    }
-
     /// Brings v6node's routes in line with the view. Before the first
     /// complete list of Nodes, routes are left exactly as they are.
     pub async fn reconcile(&self, netlink: &Handle, previous: &ClusterState) -> ClusterState {

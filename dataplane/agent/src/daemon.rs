@@ -283,13 +283,14 @@ impl Daemon {
         let Some(cluster) = &self.cluster else { return };
         let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();
         let next = cluster.reconcile(&self.netlink, &previous).await;
-        let cni_config = match files::write_cni_conflist(&self.paths, &self.effective(&self.loaded.config)) {
-            Ok(written) => written,
-            Err(e) => {
-                log::error!("{e:#}");
-                self.state.lock().expect("state lock").cni_config.clone()
-            }
-        };
+        let cni_config =
+            match files::write_cni_conflist(&self.paths, &effective(&self.loaded.config, next.pod_prefixes.first().copied())) {
+                Ok(written) => written,
+                Err(e) => {
+                    log::error!("{e:#}");
+                    self.state.lock().expect("state lock").cni_config.clone()
+                }
+            };
         let same = {
             let state = self.state.lock().expect("state lock");
             state.cluster.as_ref() == Some(&next) && state.cni_config == cni_config
@@ -302,17 +303,9 @@ impl Daemon {
         }
     }
 
-    /// The configuration with what the cluster says in place: this node's
-    /// pod prefix is its Node's, once the API has told it.
-    fn effective(&self, config: &Config) -> Config {
-        let mut config = config.clone();
-        if let Some(prefix) = self.cluster.as_ref().and_then(Cluster::pod_prefix) {
-            if config.pods.prefix.is_some_and(|p| p != prefix) {
-                log::debug!("pods.prefix {} from configuration yields to the Node's {prefix}", config.pods.prefix.unwrap());
-            }
-            config.pods.prefix = Some(prefix);
-        }
-        config
+    /// This node's pod prefix from its Node, as the last reconcile recorded it.
+    fn node_pod_prefix(&self) -> Option<ipnet::Ipv6Net> {
+        self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.pod_prefixes.first().copied())
     }
 
     /// Starts, restarts or stops following the API as kubernetes.* says.
@@ -364,7 +357,7 @@ impl Daemon {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
         self.apply_kubernetes(config);
-        let cni_config = files::write_cni_conflist(&self.paths, &self.effective(config))?;
+        let cni_config = files::write_cni_conflist(&self.paths, &effective(config, self.node_pod_prefix()))?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
             s.cni_config = cni_config;
@@ -449,4 +442,14 @@ impl Daemon {
             });
         }
     }
+}
+
+/// The configuration with the cluster's word in place: once the API has told
+/// this node's pod prefix, it is the one pods get, whatever pods.prefix says.
+fn effective(config: &Config, node_pod_prefix: Option<ipnet::Ipv6Net>) -> Config {
+    let mut config = config.clone();
+    if let Some(prefix) = node_pod_prefix {
+        config.pods.prefix = Some(prefix);
+    }
+    config
 }

@@ -16,8 +16,7 @@ use rtnetlink::{
 };
 use serde::{Deserialize, Serialize};
 
-/// v6node's route protocol number (`ip route show proto 118`; named
-/// "v6node" in the image's iproute2 rt_protos.d).
+/// v6node's route protocol number: `ip -6 route show proto 118` lists its routes.
 pub const PROTOCOL: u8 = 118;
 const MAIN_TABLE: u32 = 254;
 
