@@ -3,7 +3,7 @@
 //! of the validator or `Default`, so the agent can use them without checks.
 
 use std::fmt;
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -68,6 +68,7 @@ pub struct Config {
     pub nat64: Nat64,
     pub pods: Pods,
     pub kubernetes: Kubernetes,
+    pub routing: Routing,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -273,6 +274,59 @@ pub struct Kubernetes {
 fn serialize_optional_displayed_path<S: Serializer>(value: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
     serialize_optional_displayed(&value.as_ref().map(|p| p.display().to_string()), s)
 }
+
+/// Reaching peers that are not on-link: BGP announcements of this node's
+/// prefixes to the site's routers (bird2, configured by the agent). Direct
+/// routes to on-link peers stay as they are; `bgp` is `None` unless an
+/// `asn` is configured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
+pub struct Routing {
+    pub bgp: Option<Bgp>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Bgp {
+    /// This node's autonomous system number.
+    pub asn: u32,
+    /// `None`: the low 32 bits of the Node's InternalIP.
+    pub router_id: Option<Ipv4Addr>,
+    /// At least one, each address once.
+    pub peers: Vec<BgpPeer>,
+    pub announce: Vec<Announce>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct BgpPeer {
+    /// A global or unique-local IPv6 address on a link of the node's.
+    pub address: Ipv6Addr,
+    pub asn: u32,
+}
+
+/// What a node announces; written as in the config: `"pod-prefixes"` or a prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Announce {
+    /// The node's pod prefixes: its Node's `spec.podCIDRs`, or `pods.prefix`.
+    PodPrefixes,
+    /// A prefix of the operator's, e.g. for addresses the node serves.
+    Prefix(Ipv6Net),
+}
+
+impl Serialize for Announce {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl fmt::Display for Announce {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Announce::PodPrefixes => f.write_str(ANNOUNCE_POD_PREFIXES),
+            Announce::Prefix(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+pub const ANNOUNCE_POD_PREFIXES: &str = "pod-prefixes";
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
 pub struct Metrics {

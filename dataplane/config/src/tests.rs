@@ -314,7 +314,11 @@ fn serialize_round_trip() {
 
 #[test]
 fn unknown_keys() {
-    bad("foo = 1", "foo", "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, kubernetes, metrics, log");
+    bad(
+        "foo = 1",
+        "foo",
+        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, kubernetes, routing, metrics, log",
+    );
     bad("[foo]", "foo", "unknown key `foo`");
     bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");
     bad("attach.device = []", "attach.device", "expected one of devices, mode");
@@ -642,4 +646,64 @@ fn pods_prefix_rejects_what_cannot_number_pods() {
     bad("[pods]\nprefix = \"fe80::/64\"\n", "pods.prefix", "not a unicast prefix");
     bad("[pods]\ndevice = \"macvlan\"\n", "pods.device", "unknown pod device `macvlan`; expected one of auto, netkit, veth");
     bad("[pods]\ncidr = \"fd00::/64\"\n", "pods.cidr", "unknown key");
+}
+
+#[test]
+fn routing_bgp_is_off_unless_an_asn_is_set() {
+    assert_eq!(Config::default().routing.bgp, None, "direct routes only");
+    assert_eq!(ok("[routing]\n").routing.bgp, None);
+    let c = ok(concat!(
+        "[routing]\nasn = 4200000001\nrouter_id = \"0.0.0.10\"\n",
+        "peers = [{ address = \"fd00:a1::1\", asn = 64512 }, { address = \"2001:db8::1\", asn = 4200000001 }]\n",
+        "announce = [\"pod-prefixes\", \"2001:db8:ff::/64\"]\n",
+    ));
+    let bgp = c.routing.bgp.expect("bgp on");
+    assert_eq!(bgp.asn, 4_200_000_001);
+    assert_eq!(bgp.router_id, Some("0.0.0.10".parse().unwrap()));
+    assert_eq!(
+        bgp.peers,
+        [
+            BgpPeer { address: "fd00:a1::1".parse().unwrap(), asn: 64512 },
+            BgpPeer { address: "2001:db8::1".parse().unwrap(), asn: 4_200_000_001 }
+        ]
+    );
+    assert_eq!(bgp.announce, [Announce::PodPrefixes, Announce::Prefix("2001:db8:ff::/64".parse().unwrap())]);
+    let defaults = ok("[routing]\nasn = 64601\npeers = [{ address = \"fd00:a1::1\", asn = 64512 }]\n").routing.bgp.unwrap();
+    assert_eq!((defaults.router_id, defaults.announce), (None, vec![Announce::PodPrefixes]));
+}
+
+#[test]
+fn routing_refuses_bad_asns_and_peers_with_the_reason() {
+    let peer = "peers = [{ address = \"fd00:a1::1\", asn = 64512 }]\n";
+    for (asn, why) in [
+        ("0", "reserved (RFC 7607)"),
+        ("23456", "AS_TRANS"),
+        ("65535", "reserved (RFC 7300)"),
+        ("4294967295", "reserved (RFC 7300)"),
+        ("4294967296", "not an AS number"),
+        ("-1", "not an AS number"),
+        ("\"64512\"", "expected an integer, found a string"),
+    ] {
+        bad(&format!("[routing]\nasn = {asn}\n{peer}"), "routing.asn", why);
+    }
+    bad("[routing]\nasn = 64601\n", "routing.peers", "no peers; BGP needs at least one");
+    bad("[routing]\nasn = 64601\npeers = []\n", "routing.peers", "no peers");
+    bad(&format!("[routing]\n{peer}"), "routing.peers", "needs routing.asn");
+    let with_peer =
+        |item: &str| format!("[routing]\nasn = 64601\npeers = [{{ address = \"fd00:a1::1\", asn = 64512 }}, {item}]\n");
+    bad(&with_peer("{ address = \"192.0.2.1\", asn = 64512 }"), "routing.peers[1].address", "is an IPv4 address");
+    bad(&with_peer("{ address = \"fe80::1\", asn = 64512 }"), "routing.peers[1].address", "is link-local");
+    bad(&with_peer("{ address = \"ff02::2\", asn = 64512 }"), "routing.peers[1].address", "not a unicast address");
+    bad(&with_peer("{ address = \"router-1\", asn = 64512 }"), "routing.peers[1].address", "is not an IPv6 address");
+    bad(&with_peer("{ address = \"fd00:a1::1\", asn = 64513 }"), "routing.peers[1].address", "is a peer already (item 0)");
+    bad(&with_peer("{ address = \"fd00:a1::2\", asn = 0 }"), "routing.peers[1].asn", "reserved (RFC 7607)");
+    bad(&with_peer("{ address = \"fd00:a1::2\" }"), "routing.peers[1].asn", "missing");
+    bad(&with_peer("{ address = \"fd00:a1::2\", asn = 1, password = \"x\" }"), "routing.peers[1].password", "unknown key");
+    let with = |line: &str| format!("[routing]\nasn = 64601\n{peer}{line}\n");
+    bad(&with("router_id = \"0.0.0.0\""), "routing.router_id", "not a valid router ID");
+    bad(&with("router_id = \"fd00::1\""), "routing.router_id", "is not a router ID");
+    bad(&with("announce = [\"pods\"]"), "routing.announce[0]", "neither \"pod-prefixes\" nor an IPv6 prefix");
+    bad(&with("announce = [\"2001:db8:ff::1/64\"]"), "routing.announce[0]", "host bits set");
+    bad(&with("announce = [\"::/0\"]"), "routing.announce[0]", "default route");
+    bad(&with("announce = [\"pod-prefixes\", \"pod-prefixes\"]"), "routing.announce[1]", "announced already (item 0)");
 }

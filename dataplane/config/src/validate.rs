@@ -17,7 +17,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(crate) fn build(m: &Merged) -> Result<Config> {
     let v = Validator { m };
     let root = &m.table;
-    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "pods", "kubernetes", "metrics", "log"])?;
+    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "pods", "kubernetes", "routing", "metrics", "log"])?;
     let mut cfg = Config::default();
 
     if let Some(t) = v.section(root, "attach", &["devices", "mode"])? {
@@ -92,6 +92,10 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
             }
             cfg.kubernetes.node_name = s.to_string();
         }
+    }
+
+    if let Some(t) = v.section(root, "routing", &["asn", "router_id", "peers", "announce"])? {
+        cfg.routing.bgp = v.bgp(t)?;
     }
 
     if let Some(t) = v.section(root, "metrics", &["listen"])? {
@@ -280,6 +284,139 @@ impl Validator<'_> {
         }
         Ok(out)
     }
+}
+
+impl Validator<'_> {
+    /// `[routing]`: BGP is on exactly when `asn` is set; everything else
+    /// needs it.
+    fn bgp(&self, t: &Table) -> Result<Option<Bgp>> {
+        let asn = match self.integer(t, "routing.asn")? {
+            Some(n) => asn(n).map_err(|r| self.err("routing.asn", r))?,
+            None => {
+                if let Some(key) = ["router_id", "peers", "announce"].into_iter().find(|k| t.contains_key(*k)) {
+                    return Err(
+                        self.err(&format!("routing.{key}"), "needs routing.asn: BGP is configured by its local AS number")
+                    );
+                }
+                return Ok(None);
+            }
+        };
+        let router_id = match self.string(t, "routing.router_id")? {
+            None | Some("") => None,
+            Some(s) => Some(router_id(s).map_err(|r| self.err("routing.router_id", r))?),
+        };
+        let peers = match t.get("peers") {
+            Some(value) => self.bgp_peers("routing.peers", value)?,
+            None => Vec::new(),
+        };
+        if peers.is_empty() {
+            return Err(self.err(
+                "routing.peers",
+                "no peers; BGP needs at least one, e.g. peers = [{ address = \"2001:db8:1::1\", asn = 64512 }]",
+            ));
+        }
+        let announce = match self.strings(t, "routing.announce")? {
+            None => vec![Announce::PodPrefixes],
+            Some(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, s) in items.iter().enumerate() {
+                    let key = format!("routing.announce[{i}]");
+                    let item = announcement(s).map_err(|r| self.err(&key, r))?;
+                    if let Some(j) = out.iter().position(|a| *a == item) {
+                        return Err(self.err(&key, format!("`{s}` is announced already (item {j})")));
+                    }
+                    out.push(item);
+                }
+                out
+            }
+        };
+        Ok(Some(Bgp { asn, router_id, peers, announce }))
+    }
+
+    /// `peers = [{ address = "...", asn = N }, ...]`
+    fn bgp_peers(&self, path: &str, value: &Value) -> Result<Vec<BgpPeer>> {
+        let Value::Array(items) = value else {
+            return Err(self.type_err(path, "an array of tables such as [{ address = \"2001:db8:1::1\", asn = 64512 }]", value));
+        };
+        let mut out: Vec<BgpPeer> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let key = format!("{path}[{i}]");
+            let Value::Table(t) = item else {
+                return Err(self.type_err(&key, "a table { address = \"...\", asn = N }", item));
+            };
+            self.known_keys(t, &key, &["address", "asn"])?;
+            let address = match t.get("address") {
+                Some(Value::String(s)) => peer_address(s).map_err(|r| self.err(&format!("{key}.address"), r))?,
+                Some(v) => return Err(self.type_err(&format!("{key}.address"), "a string", v)),
+                None => return Err(self.err(&format!("{key}.address"), "missing; each peer needs address and asn")),
+            };
+            let peer_asn = match t.get("asn") {
+                Some(Value::Integer(n)) => asn(*n).map_err(|r| self.err(&format!("{key}.asn"), r))?,
+                Some(v) => return Err(self.type_err(&format!("{key}.asn"), "an integer", v)),
+                None => return Err(self.err(&format!("{key}.asn"), "missing; each peer needs address and asn")),
+            };
+            if let Some(j) = out.iter().position(|p| p.address == address) {
+                return Err(self.err(&format!("{key}.address"), format!("{address} is a peer already (item {j})")));
+            }
+            out.push(BgpPeer { address, asn: peer_asn });
+        }
+        Ok(out)
+    }
+}
+
+/// A 4-byte AS number other than the reserved ones: 0 (RFC 7607), 23456
+/// (AS_TRANS, RFC 6793), 65535 and 4294967295 (RFC 7300).
+fn asn(n: i64) -> std::result::Result<u32, String> {
+    let n = u32::try_from(n).map_err(|_| format!("{n} is not an AS number; expected 1..=4294967294"))?;
+    match n {
+        0 => Err("AS 0 is reserved (RFC 7607)".into()),
+        23456 => Err("AS 23456 is AS_TRANS (RFC 6793), not a real AS".into()),
+        65535 | 4294967295 => Err(format!("AS {n} is reserved (RFC 7300)")),
+        n => Ok(n),
+    }
+}
+
+fn router_id(s: &str) -> std::result::Result<Ipv4Addr, String> {
+    let id: Ipv4Addr =
+        s.parse().map_err(|_| format!("`{s}` is not a router ID; BGP writes it as an IPv4 address, e.g. \"0.0.0.10\""))?;
+    if id.is_unspecified() {
+        return Err("0.0.0.0 is not a valid router ID".into());
+    }
+    Ok(id)
+}
+
+fn peer_address(s: &str) -> std::result::Result<Ipv6Addr, String> {
+    let a: Ipv6Addr = s.parse().map_err(|_| {
+        if s.parse::<Ipv4Addr>().is_ok() {
+            format!("`{s}` is an IPv4 address; v6node nodes peer over IPv6")
+        } else {
+            format!("`{s}` is not an IPv6 address")
+        }
+    })?;
+    let first = a.segments()[0];
+    if a.is_unspecified() || a.is_loopback() || first & 0xff00 == 0xff00 {
+        return Err(format!("{a} is not a unicast address of a router (::, ::1 or multicast)"));
+    }
+    if first & 0xffc0 == 0xfe80 {
+        return Err(format!("{a} is link-local; peer with the router's global or unique-local address"));
+    }
+    Ok(a)
+}
+
+fn announcement(s: &str) -> std::result::Result<Announce, String> {
+    if s == ANNOUNCE_POD_PREFIXES {
+        return Ok(Announce::PodPrefixes);
+    }
+    let net: Ipv6Net = s
+        .parse()
+        .map_err(|_| format!("`{s}` is neither \"{ANNOUNCE_POD_PREFIXES}\" nor an IPv6 prefix such as \"2001:db8:ff::/64\""))?;
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    if net.prefix_len() == 0 {
+        return Err("::/0 would announce a default route".into());
+    }
+    Ok(Announce::Prefix(net))
 }
 
 fn pod_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
