@@ -15,6 +15,8 @@ pub struct ClusterView {
     /// This node's IPv6 pod prefixes (`spec.podCIDRs`); `None` until the API
     /// server has this node.
     pub local_prefixes: Option<Vec<Ipv6Net>>,
+    /// This node's first IPv6 InternalIP, once the API server has it.
+    pub local_address: Option<Ipv6Addr>,
     /// Every other node with an address and at least one prefix, by name.
     pub peers: Vec<Peer>,
     pub problems: Vec<NodeProblem>,
@@ -86,6 +88,7 @@ impl ClusterView {
             }
             if candidate.local {
                 view.local_prefixes = Some(accepted);
+                view.local_address = candidate.address;
                 continue;
             }
             match (candidate.address, accepted.is_empty()) {
@@ -182,6 +185,7 @@ mod tests {
         ];
         let view = ClusterView::from_nodes("a", &nodes);
         assert_eq!(view.local_prefixes, Some(vec![net("fd00:10:244:1::/64")]));
+        assert_eq!(view.local_address, Some("fd00:9::1".parse().unwrap()));
         assert_eq!(
             view.peers,
             vec![
@@ -195,7 +199,7 @@ mod tests {
     #[test]
     fn the_local_node_absent_means_no_prefix_yet() {
         let view = ClusterView::from_nodes("a", &[node("b", 1, &["fd00:1::/64"], &["fd00:9::2"])]);
-        assert_eq!(view.local_prefixes, None);
+        assert_eq!((view.local_prefixes, view.local_address), (None, None));
         assert_eq!(view.peers.len(), 1);
     }
 
