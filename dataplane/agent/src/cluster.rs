@@ -11,12 +11,15 @@ use rtnetlink::Handle;
 use serde::{Deserialize, Serialize};
 use v6node_k8s::{ApiState, NodeProblem, NodeWatch, Settings};
 
-use crate::routes::{self, PeerRoute, RouteStats};
+use crate::routes::{self, PeerRoute, RouteState, RouteStats};
 
 /// The cluster as `status` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub node: String,
+    /// The Node's first IPv6 InternalIP, once the API server has it.
+    #[serde(default)]
+    pub address: Option<Ipv6Addr>,
     pub api: ApiState,
     /// This node's pod prefixes from its Node's `spec.podCIDRs`.
     pub pod_prefixes: Vec<Ipv6Net>,
@@ -74,8 +77,10 @@ impl Cluster {
     }
 
     /// Brings v6node's routes in line with the view. Before the first
-    /// complete list of Nodes, routes are left exactly as they are.
-    pub async fn reconcile(&self, netlink: &Handle, previous: &ClusterState) -> ClusterState {
+    /// complete list of Nodes, routes are left exactly as they are. With
+    /// `bgp`, a peer no direct route reaches is left to the routers the
+    /// nodes announce their prefixes to.
+    pub async fn reconcile(&self, netlink: &Handle, previous: &ClusterState, bgp: bool) -> ClusterState {
         let api = self.watch.api_state();
         let node = self.settings().node_name.clone();
         let Some(view) = self.watch.view() else {
@@ -88,7 +93,7 @@ impl Cluster {
                 p.pod_prefixes.iter().map(|prefix| routes::Wanted { prefix: *prefix, via: p.address, peer: p.name.clone() })
             })
             .collect();
-        let (installed, stats) = match routes::sync(netlink, &wanted).await {
+        let (mut installed, stats) = match routes::sync(netlink, &wanted).await {
             Ok(done) => done,
             Err(e) => {
                 log::error!("syncing routes to {} peer(s): {e:#}", view.peers.len());
@@ -104,6 +109,12 @@ impl Cluster {
                 stats.removed,
                 stats.refused
             );
+        }
+        if bgp {
+            for route in installed.iter_mut().filter(|r| r.state == RouteState::Unreachable && r.refused_by_kernel) {
+                route.state = RouteState::Bgp;
+                route.error = Some(format!("{} is not on-link: through the routers BGP announces to", route.via));
+            }
         }
         for problem in &view.problems {
             if !previous.problems.contains(problem) {
@@ -121,6 +132,7 @@ impl Cluster {
             .collect();
         ClusterState {
             node,
+            address: view.local_address,
             api,
             pod_prefixes: view.local_prefixes.unwrap_or_default(),
             peers,

@@ -27,7 +27,7 @@ mod endpoint_api;
 
 use crate::{
     attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
-    bigtcp,
+    bgp, bigtcp,
     cluster::{self, Cluster},
     endpoints::Endpoints,
     files, logging, metrics, netdev,
@@ -282,7 +282,7 @@ impl Daemon {
     async fn reconcile_cluster(&mut self) {
         let Some(cluster) = &self.cluster else { return };
         let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();
-        let next = cluster.reconcile(&self.netlink, &previous).await;
+        let next = cluster.reconcile(&self.netlink, &previous, self.loaded.config.routing.bgp.is_some()).await;
         let cni_config =
             match files::write_cni_conflist(&self.paths, &effective(&self.loaded.config, next.pod_prefixes.first().copied())) {
                 Ok(written) => written,
@@ -300,6 +300,61 @@ impl Daemon {
                 s.cluster = Some(next);
                 s.cni_config = cni_config;
             });
+        }
+        let config = self.loaded.config.clone();
+        self.apply_bgp(&config);
+    }
+
+    /// bird's configuration from routing.* and the node's prefixes: its
+    /// Node's pod CIDRs and address once known, else pods.prefix.
+    fn apply_bgp(&mut self, config: &Config) {
+        let file = self.paths.bird_config();
+        let (address, mut prefixes) = {
+            let state = self.state.lock().expect("state lock");
+            state.cluster.as_ref().map(|c| (c.address, c.pod_prefixes.clone())).unwrap_or_default()
+        };
+        if prefixes.is_empty() {
+            prefixes.extend(config.pods.prefix);
+        }
+        let (text, mut next) = match &config.routing.bgp {
+            // Nothing was ever configured: bird never started.
+            None if !file.exists() => (None, None),
+            None => (Some(bgp::render_off()), None),
+            Some(wanted) => {
+                let next = bgp::desired(wanted, address, &prefixes);
+                (next.router_id.map(|id| bgp::render(&next, id)), Some(next))
+            }
+        };
+        if let Some(text) = text {
+            match bgp::write(&file, &text) {
+                Ok(true) => match &next {
+                    Some(n) => log::info!(
+                        "BGP: AS {} announces {} to {} peer(s); {} written",
+                        n.asn,
+                        if n.announced.is_empty() {
+                            "nothing yet".into()
+                        } else {
+                            n.announced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                        },
+                        n.peers.len(),
+                        file.display()
+                    ),
+                    None => log::info!("BGP off: {} written without sessions", file.display()),
+                },
+                Ok(false) => {}
+                Err(e) => {
+                    if let Some(n) = next.as_mut() {
+                        n.error = Some(format!("{e:#}"));
+                    }
+                }
+            }
+        }
+        let previous = self.state.lock().expect("state lock").bgp.clone();
+        if previous != next {
+            if let Some(error) = next.as_ref().and_then(|n| n.error.as_ref()) {
+                log::warn!("BGP: {error}");
+            }
+            self.update(|s| s.bgp = next);
         }
     }
 
@@ -357,6 +412,7 @@ impl Daemon {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
         self.apply_kubernetes(config);
+        self.apply_bgp(config);
         let cni_config = files::write_cni_conflist(&self.paths, &effective(config, self.node_pod_prefix()))?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
@@ -371,6 +427,8 @@ impl Daemon {
         self.loaded = loaded.clone();
         self.reconcile_devices().await;
         self.apply_metrics(config).await;
+        // routing.* decides how an unreachable peer is reported.
+        self.reconcile_cluster().await;
         Ok(())
     }
 

@@ -51,6 +51,16 @@ impl Paths {
         self.cni_conf_dir.join("10-v6node.conflist")
     }
 
+    /// bird2's configuration from `[routing]`, for v6node-bgp.service.
+    pub fn bird_config(&self) -> PathBuf {
+        self.state_dir.join("bird.conf")
+    }
+
+    /// bird's control socket (v6node-bgp.service runs bird with it).
+    pub fn bird_socket(&self) -> PathBuf {
+        self.state_dir.join("bird.ctl")
+    }
+
     /// unbound configuration carrying nat64.prefix, for the node's DNS64.
     pub fn dns64_file(&self) -> PathBuf {
         self.state_dir.join("dns64.conf")

@@ -34,6 +34,9 @@ pub struct Wanted {
 pub enum RouteState {
     /// A route via the peer's address on a shared link.
     Direct,
+    /// No direct route (the peer is not on-link); the peer announces its
+    /// prefixes over BGP and the node's routers carry the traffic.
+    Bgp,
     /// No route: the kernel refused it (the peer is not on-link, or another
     /// route for the prefix is not v6node's).
     Unreachable,
@@ -47,6 +50,10 @@ pub struct PeerRoute {
     pub state: RouteState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The kernel refused the direct route (rather than v6node leaving
+    /// another protocol's route alone): the peer is not on-link.
+    #[serde(skip)]
+    pub refused_by_kernel: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +121,14 @@ pub async fn sync(handle: &Handle, wanted: &[Wanted]) -> anyhow::Result<(Vec<Pee
     let mut stats = RouteStats::default();
     let mut report = Vec::new();
     for w in wanted {
-        let mut route = PeerRoute { peer: w.peer.clone(), prefix: w.prefix, via: w.via, state: RouteState::Direct, error: None };
+        let mut route = PeerRoute {
+            peer: w.peer.clone(),
+            prefix: w.prefix,
+            via: w.via,
+            state: RouteState::Direct,
+            error: None,
+            refused_by_kernel: false,
+        };
         match current.remove(&w.prefix) {
             Some((RouteProtocol::Other(PROTOCOL), Some(via))) if via == w.via => {}
             Some((protocol, _)) if protocol != RouteProtocol::Other(PROTOCOL) => {
@@ -126,6 +140,7 @@ pub async fn sync(handle: &Handle, wanted: &[Wanted]) -> anyhow::Result<(Vec<Pee
                 Ok(()) => stats.added += 1,
                 Err(e) => {
                     route.state = RouteState::Unreachable;
+                    route.refused_by_kernel = true;
                     route.error = Some(format!("the kernel refused {} via {}: {e} (is the peer on-link?)", w.prefix, w.via));
                     // A route of ours for this prefix with an old gateway
                     // is wrong now: the stale pass below removes it.

@@ -50,6 +50,9 @@ pub struct State {
     /// The Kubernetes side; None unless kubernetes.kubeconfig is set.
     #[serde(default)]
     pub cluster: Option<crate::cluster::ClusterState>,
+    /// What bird was configured with; None while routing.asn is unset.
+    #[serde(default)]
+    pub bgp: Option<crate::bgp::BgpState>,
     pub metrics: Metrics,
 }
 

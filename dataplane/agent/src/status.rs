@@ -35,8 +35,18 @@ struct Status {
     pods: Pods,
     /// The Kubernetes side; null unless kubernetes.kubeconfig is set.
     cluster: Option<crate::cluster::ClusterState>,
+    /// BGP; null unless routing.asn is set.
+    bgp: Option<Bgp>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
+}
+
+#[derive(Serialize)]
+struct Bgp {
+    #[serde(flatten)]
+    configured: crate::bgp::BgpState,
+    /// Each session as bird reports it now (empty when bird does not answer).
+    sessions: Vec<crate::bgp::Session>,
 }
 
 #[derive(Serialize)]
@@ -87,6 +97,33 @@ fn collect(paths: &Paths) -> Result<Status> {
             problems.push(format!("pod {}: device {} is gone", e.endpoint.address, e.endpoint.host_device));
         }
     }
+    let bgp = recorded.bgp.clone().map(|configured| {
+        if let Some(e) = &configured.error {
+            problems.push(format!("bgp: {e}"));
+        }
+        let sessions = match crate::bgp::sessions(&paths.bird_socket()) {
+            Ok(sessions) => sessions,
+            Err(e) => {
+                problems.push(format!("bgp: {e:#} (is v6node-bgp.service running?)"));
+                Vec::new()
+            }
+        };
+        for peer in &configured.peers {
+            match sessions.iter().find(|s| s.name == peer.name) {
+                Some(s) if s.state == "Established" => {}
+                Some(s) => problems.push(format!(
+                    "bgp peer {} (AS {}): {}{}",
+                    peer.address,
+                    peer.asn,
+                    s.state,
+                    if s.last_error.is_empty() { String::new() } else { format!(", last error: {}", s.last_error) }
+                )),
+                None if sessions.is_empty() => {}
+                None => problems.push(format!("bgp peer {}: bird has no session for it yet", peer.address)),
+            }
+        }
+        Bgp { configured, sessions }
+    });
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
     }
@@ -113,6 +150,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         nat64: recorded.nat64,
         pods: Pods { cni_config: recorded.cni_config, endpoints: recorded.endpoints },
         cluster: recorded.cluster,
+        bgp,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -243,6 +281,9 @@ fn human(status: &Status) -> String {
     if let Some(cluster) = &status.cluster {
         cluster_section(&mut out, cluster);
     }
+    if let Some(bgp) = &status.bgp {
+        bgp_section(&mut out, bgp);
+    }
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status
         .counters
@@ -297,6 +338,33 @@ fn cluster_section(out: &mut String, cluster: &crate::cluster::ClusterState) {
     for problem in &cluster.problems {
         let _ = writeln!(out, "  node {}: {}", problem.node, problem.reason);
     }
+}
+
+fn bgp_section(out: &mut String, bgp: &Bgp) {
+    let c = &bgp.configured;
+    let announced: Vec<String> = c.announced.iter().map(ToString::to_string).collect();
+    let _ = writeln!(
+        out,
+        "\nbgp:         AS {}, router ID {}, announcing {}",
+        c.asn,
+        opt(c.router_id),
+        if announced.is_empty() { "nothing yet".into() } else { announced.join(", ") }
+    );
+    let rows: Vec<Vec<String>> = c
+        .peers
+        .iter()
+        .map(|p| {
+            let session = bgp.sessions.iter().find(|s| s.name == p.name);
+            vec![
+                p.address.to_string(),
+                p.asn.to_string(),
+                session.map_or("unknown".into(), |s| s.state.clone()),
+                session.map_or(String::new(), |s| s.routes.clone()),
+                session.map_or(String::new(), |s| s.last_error.clone()),
+            ]
+        })
+        .collect();
+    table(out, &["PEER", "ASN", "SESSION", "ROUTES", "LAST_ERROR"], &rows);
 }
 
 pub fn show(paths: &Paths, json: bool) -> Result<ExitCode> {
