@@ -357,6 +357,18 @@ units_hardened() {
     return $bad
 }
 
+# Without [routing], BGP waits for the agent to configure it: the path unit
+# watches, bird does not run, status has no bgp section.
+bgp_waits_for_routing() {
+    systemctl is-active -q v6node-bgp.path &&
+        ! systemctl is-active -q v6node-bgp.service &&
+        [[ ! -e /run/v6node/bird.conf ]] &&
+        [[ "$(v6node-dataplane status --json | jq -c .bgp)" == null ]] && command -v bird >/dev/null || {
+        systemctl status --no-pager v6node-bgp.path v6node-bgp.service | tail -n 20
+        return 1
+    }
+}
+
 # The "gateway" scenario: v6node.role=gateway, enp0s8 on fd00:8::/64 and
 # enp0s9 on 192.0.2.0/24, the host namespace sending through.
 gateway_role_applied() {
@@ -399,7 +411,7 @@ gateway_dns64() {
 }
 role_units_hardened() {
     local unit report bad=0
-    for unit in v6node-role.service v6node-dns64.service; do
+    for unit in v6node-role.service v6node-dns64.service v6node-bgp.service; do
         report=$(systemd-analyze security --no-pager --threshold=30 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done
@@ -565,6 +577,7 @@ default)
     pass_if "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
     pass_if "v6node units are hardened (systemd-analyze security)" units_hardened
     pass_if "containerd runs with v6node's config; no join without credentials" kubernetes_ready_to_join
+    pass_if "BGP waits for [routing]: v6node-bgp.path active, bird not running" bgp_waits_for_routing
     ;;
 static)
     pass_if "hostname, address, gateway, DNS from credentials" static_network_applied
@@ -590,7 +603,7 @@ gateway)
     pass_if "translator attached to both uplinks, v6n_nat64 in bpftool" gateway_translator_attached
     pass_if "DNS64 (unbound) active on every address with the translator's prefix" gateway_dns64
     pass_if "the host side's traffic was translated both ways" gateway_translates
-    pass_if "role and DNS64 units are hardened (systemd-analyze security)" role_units_hardened
+    pass_if "role, DNS64 and BGP units are hardened (systemd-analyze security)" role_units_hardened
     ;;
 pods)
     pass_if "pods.prefix from a drop-in: the agent writes the CNI network config" pods_network_configured
