@@ -369,6 +369,33 @@ bgp_waits_for_routing() {
     }
 }
 
+# [routing] through a reload: the agent writes bird's configuration, the path
+# unit starts v6node-bgp.service (its hardening as shipped), bird answers
+# status over its socket; the peer does not exist here, so the session is not
+# Established. Without [routing] again the file has no sessions and bird stays.
+bgp_started_by_routing() {
+    local dropin=/etc/v6node/dataplane.d/50-bgp-test.toml session
+    mkdir -p /etc/v6node/dataplane.d
+    printf '[routing]\nasn = 64601\nrouter_id = "0.0.0.10"\npeers = [{ address = "fd00:ffff::1", asn = 64512 }]\n' >"$dropin"
+    systemctl reload v6node-dataplane.service || return 1
+    for _ in $(seq 30); do
+        session=$(v6node-dataplane status --json | jq -r '.bgp.sessions[0].state // empty')
+        [[ -n "$session" ]] && break
+        sleep 1
+    done
+    echo "session to fd00:ffff::1: ${session:-none}"
+    v6node-dataplane status | sed -n '/^bgp:/,/^$/p'
+    local ok=1
+    systemctl is-active -q v6node-bgp.service && [[ -n "$session" && "$session" != Established ]] &&
+        grep -q 'neighbor fd00:ffff::1 as 64512;' /run/v6node/bird.conf || ok=0
+    rm "$dropin"
+    systemctl reload v6node-dataplane.service || ok=0
+    for _ in $(seq 10); do grep -q 'BGP is off' /run/v6node/bird.conf && break; sleep 1; done
+    grep -q 'BGP is off' /run/v6node/bird.conf && systemctl is-active -q v6node-bgp.service || ok=0
+    ((ok)) || { systemctl status --no-pager v6node-bgp.service v6node-bgp.path | tail -n 25; journalctl -b -u v6node-bgp.service -o cat | tail -n 10; }
+    ((ok))
+}
+
 # The "gateway" scenario: v6node.role=gateway, enp0s8 on fd00:8::/64 and
 # enp0s9 on 192.0.2.0/24, the host namespace sending through.
 gateway_role_applied() {
@@ -578,6 +605,7 @@ default)
     pass_if "v6node units are hardened (systemd-analyze security)" units_hardened
     pass_if "containerd runs with v6node's config; no join without credentials" kubernetes_ready_to_join
     pass_if "BGP waits for [routing]: v6node-bgp.path active, bird not running" bgp_waits_for_routing
+    pass_if "[routing] by reload starts v6node-bgp.service; status shows its session; removed: no sessions" bgp_started_by_routing
     ;;
 static)
     pass_if "hostname, address, gateway, DNS from credentials" static_network_applied
