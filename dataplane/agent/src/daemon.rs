@@ -86,10 +86,15 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         log::info!("pod {} ({}) is gone: endpoint removed", gone.endpoint.address, gone.endpoint.host_device);
     }
     let listener = endpoint_api::listen(&paths)?;
+    // What the previous agent learnt from the API server: until this one has
+    // a complete list of Nodes, its pod prefix keeps the CNI configuration
+    // (and so the runtime's network readiness) as it was.
+    let learnt = state::read(&paths).ok().flatten().and_then(|s| s.cluster);
     let state = State {
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
         started_at: state::now(),
+        cluster: learnt,
         ..State::default()
     };
     let mut daemon = Daemon {
@@ -372,8 +377,15 @@ impl Daemon {
         if settings.is_none() && self.cluster.is_some() {
             log::info!("kubernetes.kubeconfig unset: no longer following the API; routes to peers stay as they are");
         }
+        // Kept for the same node until the new watch has its view.
+        let node = settings.as_ref().map(|s| s.node_name.clone());
         self.cluster = settings.map(Cluster::start);
-        self.update(|s| s.cluster = None);
+        self.update(|s| {
+            s.cluster = s.cluster.take().filter(|c| Some(&c.node) == node.as_ref()).map(|c| cluster::ClusterState {
+                api: Default::default(),
+                ..c
+            })
+        });
     }
 
     /// Applies a validated configuration. Tables first, then attachments,
