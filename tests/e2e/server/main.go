@@ -9,14 +9,24 @@
 //	                        pod's resolv.conf), for checks run with kubectl exec
 //	e2e-server udp ADDR     sends one datagram to ADDR, prints the answer
 //	e2e-server cat FILE     prints FILE (the node's routes, from a hostNetwork pod)
+//	e2e-server ping ADDR    ICMPv6 echo to ADDR over an unprivileged ping socket
+//	                        (the pod's ping_group_range), prints who answered
+//	e2e-server links NAME   prints "NAME KIND gso_max_size gro_max_size" for the
+//	                        pod's device NAME, from the kernel (rtnetlink)
+//	e2e-server stream URL   reads URL's body (e.g. /zero/BYTES of a server) and
+//	                        prints the bytes and the rate, discarding them
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -30,6 +40,24 @@ func main() {
 		name, _ := os.Hostname()
 		http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "pod %s saw %s\n", name, r.RemoteAddr)
+		})
+		zeros := make([]byte, 1<<20)
+		http.HandleFunc("/zero/", func(w http.ResponseWriter, r *http.Request) {
+			n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/zero/"), 10, 64)
+			if err != nil || n < 0 {
+				http.Error(w, "want /zero/BYTES", http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			for ; n > 0; n -= int64(len(zeros)) {
+				chunk := zeros
+				if n < int64(len(chunk)) {
+					chunk = chunk[:n]
+				}
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
 		})
 		udp, err := net.ListenPacket("udp", os.Args[2])
 		if err != nil {
@@ -79,6 +107,31 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "no answer from", os.Args[2])
 		os.Exit(1)
+	case "ping":
+		if err := ping(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	case "links":
+		if err := link(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	case "stream":
+		start := time.Now()
+		resp, err := http.Get(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			fmt.Fprintln(os.Stderr, "status", resp.Status, err)
+			os.Exit(1)
+		}
+		seconds := time.Since(start).Seconds()
+		fmt.Printf("%d bytes in %.2f s: %.0f Mbit/s\n", n, seconds, float64(n)*8/seconds/1e6)
 	case "cat":
 		text, err := os.ReadFile(os.Args[2])
 		if err != nil {
@@ -90,4 +143,102 @@ func main() {
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// ping sends up to three ICMPv6 echo requests and returns once one is
+// answered. A SOCK_DGRAM ICMPv6 socket needs no privilege, only the group in
+// net.ipv4.ping_group_range (which covers IPv6 too); the kernel sets the
+// identifier and checksum.
+func ping(address string) error {
+	ip := net.ParseIP(address)
+	if ip == nil || ip.To4() != nil {
+		return fmt.Errorf("%q is not an IPv6 address", address)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMPV6)
+	if err != nil {
+		return fmt.Errorf("ping socket: %w (is the group in net.ipv4.ping_group_range?)", err)
+	}
+	defer syscall.Close(fd)
+	timeout := syscall.NsecToTimeval(int64(time.Second))
+	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &timeout); err != nil {
+		return err
+	}
+	to := &syscall.SockaddrInet6{}
+	copy(to.Addr[:], ip.To16())
+	reply := make([]byte, 1500)
+	for seq := uint16(1); seq <= 3; seq++ {
+		request := []byte{128, 0, 0, 0, 0, 0, 0, 0, 'v', '6', 'n', 'o', 'd', 'e'}
+		binary.BigEndian.PutUint16(request[6:], seq)
+		if err := syscall.Sendto(fd, request, 0, to); err != nil {
+			return fmt.Errorf("sending echo request %d: %w", seq, err)
+		}
+		n, from, err := syscall.Recvfrom(fd, reply, 0)
+		if err != nil {
+			continue
+		}
+		if src, ok := from.(*syscall.SockaddrInet6); ok && n >= 8 && reply[0] == 129 {
+			fmt.Printf("echo reply %d from %s\n", binary.BigEndian.Uint16(reply[6:]), net.IP(src.Addr[:]))
+			return nil
+		}
+	}
+	return fmt.Errorf("no echo reply from %s", address)
+}
+
+// rtnetlink attribute numbers (linux/if_link.h); syscall lacks the newer ones.
+const (
+	iflaLinkInfo   = 18
+	iflaGSOMaxSize = 41
+	iflaGROMaxSize = 58
+	iflaInfoKind   = 1
+)
+
+// link prints what the kernel says of one device of this network namespace:
+// sysfs does not show GSO/GRO maximum sizes, rtnetlink does.
+func link(name string) error {
+	rib, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
+	if err != nil {
+		return fmt.Errorf("rtnetlink: %w", err)
+	}
+	messages, err := syscall.ParseNetlinkMessage(rib)
+	if err != nil {
+		return err
+	}
+	for i := range messages {
+		if messages[i].Header.Type != syscall.RTM_NEWLINK {
+			continue
+		}
+		attrs, err := syscall.ParseNetlinkRouteAttr(&messages[i])
+		if err != nil {
+			return err
+		}
+		var ifname, kind string
+		var gso, gro uint32
+		for _, a := range attrs {
+			switch a.Attr.Type {
+			case syscall.IFLA_IFNAME:
+				ifname = strings.TrimRight(string(a.Value), "\x00")
+			case iflaGSOMaxSize:
+				gso = binary.NativeEndian.Uint32(a.Value)
+			case iflaGROMaxSize:
+				gro = binary.NativeEndian.Uint32(a.Value)
+			case iflaLinkInfo:
+				// Nested attributes: length, type, value, padded to 4 bytes.
+				for v := a.Value; len(v) >= 4; {
+					l := int(binary.NativeEndian.Uint16(v))
+					if l < 4 || l > len(v) {
+						break
+					}
+					if binary.NativeEndian.Uint16(v[2:]) == iflaInfoKind {
+						kind = strings.TrimRight(string(v[4:l]), "\x00")
+					}
+					v = v[min((l+3)&^3, len(v)):]
+				}
+			}
+		}
+		if ifname == name {
+			fmt.Printf("%s %s %d %d\n", ifname, kind, gso, gro)
+			return nil
+		}
+	}
+	return fmt.Errorf("no device %s", name)
 }
