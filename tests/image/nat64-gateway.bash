@@ -31,11 +31,17 @@ gateway_pids=()
 gateway_at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 gateway_agent() { gateway_at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@"; }
 
+# The gateway's namespaces and its agent's pins, state and config for ID and
+# the directory OUT: what nat64_gateway_down needs, from another process too.
+gateway_names() { # gateway_names ID OUT
+    gw_ns=$1-gw v4_ns=$1-v4
+    gateway_env=(V6NODE_PIN_DIR="/sys/fs/bpf/$1" V6NODE_STATE_DIR="$2/gateway-state" V6NODE_CONFIG_ROOT="$2/gateway-root")
+}
+
 nat64_gateway_up() {
     local id=$1 out=$2 nodes=${3:-1} i
-    gw_ns=$id-gw v4_ns=$id-v4
+    gateway_names "$id" "$out"
     gateway_bin=$("$V6NODE_TOP/scripts/build-dataplane") || return 1
-    gateway_env=(V6NODE_PIN_DIR="/sys/fs/bpf/$id" V6NODE_STATE_DIR="$out/gateway-state" V6NODE_CONFIG_ROOT="$out/gateway-root")
     mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
     for ns in "$gw_ns" "$v4_ns"; do
         ip netns add "$ns" || return 1
