@@ -381,10 +381,11 @@ impl Daemon {
         let node = settings.as_ref().map(|s| s.node_name.clone());
         self.cluster = settings.map(Cluster::start);
         self.update(|s| {
-            s.cluster = s.cluster.take().filter(|c| Some(&c.node) == node.as_ref()).map(|c| cluster::ClusterState {
-                api: Default::default(),
-                ..c
-            })
+            s.cluster = s
+                .cluster
+                .take()
+                .filter(|c| Some(&c.node) == node.as_ref())
+                .map(|c| cluster::ClusterState { api: Default::default(), ..c })
         });
     }
 
