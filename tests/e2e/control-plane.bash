@@ -135,6 +135,37 @@ dataplane_identity() {
     return 1
 }
 
+# dataplane_kubeconfig CA TOKEN_FILE: a kubeconfig for the agent, as the join
+# writes one (the API server, its CA, the token read from a file).
+dataplane_kubeconfig() {
+    cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: test
+    cluster: { server: "https://[$cp_api]:6443", certificate-authority: "$1" }
+users:
+  - name: v6node-dataplane
+    user: { tokenFile: "$2" }
+contexts:
+  - name: test
+    context: { cluster: test, user: v6node-dataplane }
+current-context: test
+EOF
+}
+
+# make_node NAME INTERNAL_IP POD_CIDR...: a Node as kubelet would register it,
+# made with kubectl (no kubelet runs).
+make_node() {
+    local name=$1 ip=$2 cidrs
+    shift 2
+    cidrs=$(printf '"%s",' "$@")
+    printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\nspec:\n  podCIDRs: [%s]\n' "$name" "${cidrs%,}" |
+        kc apply -f - >/dev/null &&
+        kc patch node "$name" --subresource=status --type=merge \
+            -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$ip\"}]}}" >/dev/null
+}
+
 control_plane_down() {
     local pid
     for pid in "${cp_pids[@]}"; do kill "$pid" 2>/dev/null; done

@@ -96,20 +96,7 @@ node_name = "node-$n"
 EOF
     routing_section "$n" >"$work/$n/root/etc/v6node/dataplane.d/50-routing.toml"
 done
-cat >"$work/dataplane.conf" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: test
-    cluster: { server: "https://[$cp_api]:6443", certificate-authority: "$work/ca.crt" }
-users:
-  - name: v6node-dataplane
-    user: { tokenFile: "$work/token" }
-contexts:
-  - name: test
-    context: { cluster: test, user: v6node-dataplane }
-current-context: test
-EOF
+dataplane_kubeconfig "$work/ca.crt" "$work/token" >"$work/dataplane.conf"
 
 agent_start() {
     local n=$1
@@ -160,11 +147,6 @@ router_has() {
 control_plane_up "$work/cp" >"$work/cp.log" 2>&1 || { cat "$work/cp.log"; echo "Bail out! control plane did not start"; exit 1; }
 cp "$work/cp/etc/pki/ca.crt" "$work/ca.crt"
 dataplane_identity >"$work/token" || { echo "Bail out! no token for the dataplane's ServiceAccount"; exit 1; }
-make_node() { # make_node NAME INTERNAL_IP POD_CIDR
-    printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\nspec:\n  podCIDRs: ["%s"]\n' "$1" "$3" | kc apply -f - >/dev/null &&
-        kc patch node "$1" --subresource=status --type=merge \
-            -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$2\"}]}}" >/dev/null
-}
 make_node node-a fd00:9::a fd00:10:244:a::/64
 make_node node-b fd00:19::b fd00:10:244:b::/64
 for n in a b; do agent_start "$n"; done

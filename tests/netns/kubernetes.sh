@@ -98,38 +98,12 @@ routes_are() { # routes_are "PREFIX via ADDR" ...: exactly these, within 10 s
     retry 10 routes_equal ||
         { echo "have:"; v6node_routes; echo "want:"; echo "$want"; return 1; }
 }
-node_yaml() { # node_yaml NAME POD_CIDR...: a Node object with these podCIDRs
-    local name=$1 cidrs
-    shift
-    cidrs=$(printf '"%s",' "$@")
-    printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\nspec:\n  podCIDRs: [%s]\n' "$name" "${cidrs%,}"
-}
-make_node() { # make_node NAME INTERNAL_IP POD_CIDR...
-    local name=$1 ip=$2
-    shift 2
-    node_yaml "$name" "$@" | kc apply -f - >/dev/null &&
-        kc patch node "$name" --subresource=status --type=merge \
-            -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$ip\"}]}}" >/dev/null
-}
 problem_for() { jq_status --arg n "$1" '.cluster.problems[] | select(.node == $n) | .reason'; }
 
 # --- the API server is not there yet -------------------------------------------
 # The kubeconfig names the server before it exists: the agent must start,
 # say why it is not connected, and keep trying.
-cat >"$work/dataplane.conf" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: test
-    cluster: { server: "https://[$cp_api]:6443", certificate-authority: "$work/ca.crt" }
-users:
-  - name: v6node-dataplane
-    user: { tokenFile: "$work/token" }
-contexts:
-  - name: test
-    context: { cluster: test, user: v6node-dataplane }
-current-context: test
-EOF
+dataplane_kubeconfig "$work/ca.crt" "$work/token" >"$work/dataplane.conf"
 agent_start
 pass_if "the agent starts while the API server is unreachable" kill -0 "$agent_pid"
 not_connected_says_why() {
