@@ -283,29 +283,32 @@ impl Daemon {
     }
 
     /// Routes to the other nodes' pods and this node's pod prefix, from the
-    /// cluster view. Called on every change the watch reports and at resync.
+    /// cluster view, then what BGP announces. Called on every change the
+    /// watch reports, at resync and after every applied configuration.
     async fn reconcile_cluster(&mut self) {
-        let Some(cluster) = &self.cluster else { return };
-        let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();
-        let next = cluster.reconcile(&self.netlink, &previous, self.loaded.config.routing.bgp.is_some()).await;
-        let cni_config =
-            match files::write_cni_conflist(&self.paths, &effective(&self.loaded.config, next.pod_prefixes.first().copied())) {
+        if let Some(cluster) = &self.cluster {
+            let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();
+            let next = cluster.reconcile(&self.netlink, &previous, self.loaded.config.routing.bgp.is_some()).await;
+            let effective = effective(&self.loaded.config, next.pod_prefixes.first().copied());
+            let cni_config = match files::write_cni_conflist(&self.paths, &effective) {
                 Ok(written) => written,
                 Err(e) => {
                     log::error!("{e:#}");
                     self.state.lock().expect("state lock").cni_config.clone()
                 }
             };
-        let same = {
-            let state = self.state.lock().expect("state lock");
-            state.cluster.as_ref() == Some(&next) && state.cni_config == cni_config
-        };
-        if !same {
-            self.update(|s| {
-                s.cluster = Some(next);
-                s.cni_config = cni_config;
-            });
+            let same = {
+                let state = self.state.lock().expect("state lock");
+                state.cluster.as_ref() == Some(&next) && state.cni_config == cni_config
+            };
+            if !same {
+                self.update(|s| {
+                    s.cluster = Some(next);
+                    s.cni_config = cni_config;
+                });
+            }
         }
+        // BGP announces the Node's prefixes, or pods.prefix without a cluster.
         let config = self.loaded.config.clone();
         self.apply_bgp(&config);
     }
@@ -425,7 +428,6 @@ impl Daemon {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
         self.apply_kubernetes(config);
-        self.apply_bgp(config);
         let cni_config = files::write_cni_conflist(&self.paths, &effective(config, self.node_pod_prefix()))?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
@@ -440,7 +442,7 @@ impl Daemon {
         self.loaded = loaded.clone();
         self.reconcile_devices().await;
         self.apply_metrics(config).await;
-        // routing.* decides how an unreachable peer is reported.
+        // routing.* decides how an unreachable peer is reported, and what bird announces.
         self.reconcile_cluster().await;
         Ok(())
     }
