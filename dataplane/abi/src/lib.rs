@@ -8,6 +8,13 @@ mod generated {
 }
 
 pub use generated::{
+    v6n_affinity_key as AffinityKey, v6n_affinity_value as AffinityValue, v6n_l4_addr as L4Addr, v6n_service_key as ServiceKey,
+    v6n_service_stats as ServiceStats, v6n_service_value as ServiceValue, v6n_sock_revnat_key as SockRevnatKey,
+    v6n_sock_revnat_value as SockRevnatValue, V6N_BACKENDS_MAX as BACKENDS_MAX,
+    V6N_BACKENDS_PER_SERVICE_MAX as BACKENDS_PER_SERVICE_MAX, V6N_FRONTENDS_MAX as FRONTENDS_MAX,
+    V6N_SERVICE_AFFINITY as SERVICE_AFFINITY, V6N_SERVICE_SLOTS_MAX as SERVICE_SLOTS_MAX,
+};
+pub use generated::{
     v6n_counter_key as CounterKey, v6n_counter_value as CounterValue, v6n_deny_value as DenyValue, v6n_direction as Direction,
     v6n_eam_value as EamValue, v6n_endpoint_key as EndpointKey, v6n_endpoint_value as EndpointValue, v6n_lpm4_key as Lpm4Key,
     v6n_lpm6_key as Lpm6Key, v6n_nat64_config as Nat64Config, v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX,
@@ -30,6 +37,14 @@ mod pod {
     unsafe impl aya::Pod for EamValue {}
     unsafe impl aya::Pod for EndpointKey {}
     unsafe impl aya::Pod for EndpointValue {}
+    unsafe impl aya::Pod for ServiceKey {}
+    unsafe impl aya::Pod for ServiceValue {}
+    unsafe impl aya::Pod for L4Addr {}
+    unsafe impl aya::Pod for ServiceStats {}
+    unsafe impl aya::Pod for AffinityKey {}
+    unsafe impl aya::Pod for AffinityValue {}
+    unsafe impl aya::Pod for SockRevnatKey {}
+    unsafe impl aya::Pod for SockRevnatValue {}
 }
 
 /// Names of the maps userspace opens, as declared in `bpf/lib/maps.h` (and
@@ -44,6 +59,14 @@ pub mod maps {
     pub const EAM4: &str = "v6n_eam4";
     /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
     pub const ENDPOINTS: &str = "v6n_endpoints";
+    /// Declared in `bpf/lib/lb.h`: Services, their backends and frontends.
+    pub const SERVICES: &str = "v6n_services";
+    pub const BACKENDS: &str = "v6n_backends";
+    pub const FRONTENDS: &str = "v6n_frontends";
+    pub const SERVICE_STATS: &str = "v6n_service_stats";
+    pub const AFFINITY: &str = "v6n_affinity";
+    /// Declared in `bpf/sock.bpf.c`.
+    pub const SOCK_REVNAT: &str = "v6n_sock_revnat";
 }
 
 impl Reason {
@@ -60,6 +83,8 @@ impl Reason {
         Reason::V6N_REASON_ROUTED,
         Reason::V6N_REASON_DROP_SPOOFED,
         Reason::V6N_REASON_DROP_NOT_IPV6,
+        Reason::V6N_REASON_LB_TRANSLATED,
+        Reason::V6N_REASON_DROP_NO_BACKEND,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -77,6 +102,8 @@ impl Reason {
             Reason::V6N_REASON_ROUTED => "routed",
             Reason::V6N_REASON_DROP_SPOOFED => "spoofed_source",
             Reason::V6N_REASON_DROP_NOT_IPV6 => "not_ipv6",
+            Reason::V6N_REASON_LB_TRANSLATED => "service_translated",
+            Reason::V6N_REASON_DROP_NO_BACKEND => "service_without_backend",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -92,6 +119,7 @@ impl Reason {
                 | Reason::V6N_REASON_XLAT_FORWARDED
                 | Reason::V6N_REASON_XLAT_TO_STACK
                 | Reason::V6N_REASON_ROUTED
+                | Reason::V6N_REASON_LB_TRANSLATED
         )
     }
 }
@@ -105,6 +133,7 @@ impl Direction {
             Direction::V6N_DIRECTION_XLAT_4TO6 => "4to6",
             Direction::V6N_DIRECTION_FROM_POD => "from_pod",
             Direction::V6N_DIRECTION_TO_POD => "to_pod",
+            Direction::V6N_DIRECTION_SOCKET => "socket",
         }
     }
 
@@ -116,6 +145,7 @@ impl Direction {
             Direction::V6N_DIRECTION_XLAT_4TO6,
             Direction::V6N_DIRECTION_FROM_POD,
             Direction::V6N_DIRECTION_TO_POD,
+            Direction::V6N_DIRECTION_SOCKET,
         ]
         .into_iter()
         .find(|d| *d as u8 == value)
@@ -157,5 +187,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<Nat64Config>(), 20);
         assert_eq!(std::mem::size_of::<EndpointKey>(), 16);
         assert_eq!(std::mem::size_of::<EndpointValue>(), 20);
+        assert_eq!(std::mem::size_of::<ServiceKey>(), 24);
+        assert_eq!(std::mem::size_of::<ServiceValue>(), 16);
+        assert_eq!(std::mem::size_of::<L4Addr>(), 20);
+        assert_eq!(std::mem::size_of::<AffinityKey>(), 16);
+        assert_eq!(std::mem::size_of::<AffinityValue>(), 16);
+        assert_eq!(std::mem::size_of::<SockRevnatKey>(), 32);
     }
 }

@@ -8,7 +8,7 @@ use std::{borrow::Cow, collections::BTreeSet, path::Path};
 use anyhow::{Context, Result};
 use aya::{
     maps::{Map, MapData, MapError},
-    programs::SchedClassifier,
+    programs::{CgroupSockAddr, Program, SchedClassifier},
     Ebpf, EbpfLoader,
 };
 
@@ -21,6 +21,8 @@ pub const HOST_EGRESS: &str = "v6n_to_dev";
 pub const NAT64: &str = "v6n_nat64";
 pub const FROM_POD: &str = "v6n_from_pod";
 pub const TO_POD: &str = "v6n_to_pod";
+/// The socket hooks, in the order the agent attaches them.
+pub const SOCK_PROGRAMS: [&str; 4] = ["v6n_sock_connect", "v6n_sock_sendmsg", "v6n_sock_recvmsg", "v6n_sock_peername"];
 
 /// An entry object (`bpf/<name>.bpf.c`) and the programs the agent attaches
 /// from it.
@@ -37,8 +39,11 @@ pub const NAT64_OBJECT: Object = Object { name: "nat64", programs: &[NAT64] };
 /// For pod devices; the endpoint map is pinned beside the others.
 pub const POD_OBJECT: Object = Object { name: "pod", programs: &[FROM_POD, TO_POD] };
 
+/// Services at the cgroup socket hooks; the service tables are pinned beside the others.
+pub const SOCK_OBJECT: Object = Object { name: "sock", programs: &SOCK_PROGRAMS };
+
 /// Every entry object, by name.
-pub const OBJECTS: [&Object; 3] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT];
+pub const OBJECTS: [&Object; 4] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT, &SOCK_OBJECT];
 
 impl Object {
     /// Developers may point the agent at a freshly built object instead of
@@ -77,9 +82,12 @@ impl Object {
             .load(&bytes)
             .with_context(|| format!("loading the {} BPF object", self.name))?;
         for &name in self.programs {
-            let program: &mut SchedClassifier =
-                ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))?.try_into()?;
-            verifier::load_retrying(program).with_context(|| format!("verifier rejected {name}"))?;
+            let result = match ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))? {
+                Program::SchedClassifier(program) => verifier::load_retrying(program),
+                Program::CgroupSockAddr(program) => verifier::load_retrying(program),
+                other => anyhow::bail!("{name}: a {:?} program, which the agent does not attach", other.prog_type()),
+            };
+            result.with_context(|| format!("verifier rejected {name}"))?;
         }
         Ok(ebpf)
     }
@@ -107,6 +115,10 @@ pub fn open_pinned_map<T: TryFrom<Map, Error = MapError>>(pin_dir: &Path, name: 
     let data = MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?;
     let map = Map::from_map_data(data).with_context(|| format!("opening {}", pin.display()))?;
     T::try_from(map).with_context(|| format!("opening {}", pin.display()))
+}
+
+pub fn sock_addr<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut CgroupSockAddr> {
+    Ok(ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))?.try_into()?)
 }
 
 pub fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {
@@ -138,7 +150,20 @@ mod tests {
     fn the_pinned_maps_include_the_agents_tables_and_not_the_scratch_map() {
         use v6node_abi::maps;
         let pinned = pinned_maps().unwrap();
-        for map in [maps::COUNTERS, maps::DENY_SRC, maps::EAM4, maps::EAM6, maps::ENDPOINTS, maps::NAT64_CONFIG] {
+        for map in [
+            maps::COUNTERS,
+            maps::DENY_SRC,
+            maps::EAM4,
+            maps::EAM6,
+            maps::ENDPOINTS,
+            maps::NAT64_CONFIG,
+            maps::SERVICES,
+            maps::BACKENDS,
+            maps::FRONTENDS,
+            maps::SERVICE_STATS,
+            maps::AFFINITY,
+            maps::SOCK_REVNAT,
+        ] {
             assert!(pinned.contains(map), "{map} in {pinned:?}");
         }
         assert!(!pinned.contains("v6n_icmp_scratch"), "{pinned:?}");

@@ -3,15 +3,32 @@
 //! by path (`tests/common/mod.rs`): the agent is a binary, with no library
 //! for them to link.
 
-use aya::programs::{ProgramError, SchedClassifier};
+use aya::programs::{CgroupSockAddr, ProgramError, SchedClassifier};
+
+/// The programs the agent loads, all loaded the same way.
+pub trait Loadable {
+    fn load_once(&mut self) -> Result<(), ProgramError>;
+}
+
+impl Loadable for SchedClassifier {
+    fn load_once(&mut self) -> Result<(), ProgramError> {
+        self.load()
+    }
+}
+
+impl Loadable for CgroupSockAddr {
+    fn load_once(&mut self) -> Result<(), ProgramError> {
+        self.load()
+    }
+}
 
 /// The verifier gives up with EAGAIN when a signal arrives while it works
 /// (a SIGHUP reload, a child exiting: in the tests, another test's `ip`);
 /// like libbpf, try again a few times.
-pub fn load_retrying(program: &mut SchedClassifier) -> Result<(), ProgramError> {
+pub fn load_retrying(program: &mut impl Loadable) -> Result<(), ProgramError> {
     let mut attempts = 0;
     loop {
-        match program.load() {
+        match program.load_once() {
             Err(ProgramError::LoadError { io_error, .. }) if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 => {
                 attempts += 1;
             }

@@ -5,6 +5,7 @@
 //! built by hand with an independent checksum checker (`packet.rs`).
 #![allow(dead_code)]
 
+pub mod lb;
 pub mod nat64;
 pub mod packet;
 
@@ -12,7 +13,7 @@ use std::{path::PathBuf, process::Command};
 
 use aya::{
     maps::{MapData, PerCpuHashMap},
-    programs::{SchedClassifier, TestRun, TestRunOptions},
+    programs::{Program, SchedClassifier, TestRun, TestRunOptions},
     Ebpf, EbpfLoader,
 };
 use v6node_abi::{maps, CounterKey, CounterValue, Direction, Reason};
@@ -41,15 +42,19 @@ impl Drop for PinDir {
 }
 
 /// Loads `object` with its maps pinned in a directory of the test's own and
-/// its classifier `programs` through the verifier.
+/// its `programs` (classifiers or socket hooks) through the verifier.
 pub fn load_object(object: &[u8], programs: &[&str], test: &str) -> (Ebpf, PinDir) {
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/v6node-test-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&pin_dir)
         .unwrap_or_else(|e| panic!("creating {} (run as root with a bpffs on /sys/fs/bpf): {e}", pin_dir.display()));
     let mut ebpf = EbpfLoader::new().default_map_pin_directory(&pin_dir).load(object).expect("loading a BPF object (needs root)");
     for name in programs {
-        let program: &mut SchedClassifier = ebpf.program_mut(name).unwrap().try_into().unwrap();
-        verifier::load_retrying(program).unwrap_or_else(|e| panic!("verifier rejected {name}: {e:#?}"));
+        let result = match ebpf.program_mut(name).unwrap_or_else(|| panic!("no program {name}")) {
+            Program::SchedClassifier(program) => verifier::load_retrying(program),
+            Program::CgroupSockAddr(program) => verifier::load_retrying(program),
+            other => panic!("{name}: unexpected program type {:?}", other.prog_type()),
+        };
+        result.unwrap_or_else(|e| panic!("verifier rejected {name}: {e:#?}"));
     }
     (ebpf, PinDir(pin_dir))
 }

@@ -26,6 +26,9 @@ enum v6n_reason {
 	V6N_REASON_ROUTED = 9,           /* BPF host routing sent it on, past the host's stack */
 	V6N_REASON_DROP_SPOOFED = 10,    /* a pod sent from an address that is not its own */
 	V6N_REASON_DROP_NOT_IPV6 = 11,   /* pods are IPv6 only: IPv4, ARP and the rest */
+	/* Services (lib/lb.h), counted under V6N_DIRECTION_SOCKET at ifindex 0. */
+	V6N_REASON_LB_TRANSLATED = 12,   /* a socket to a Service was given a backend */
+	V6N_REASON_DROP_NO_BACKEND = 13, /* a Service without usable endpoints: refused */
 	V6N_REASON_COUNT
 };
 
@@ -36,6 +39,7 @@ enum v6n_direction {
 	V6N_DIRECTION_XLAT_4TO6 = 3, /* translator, IPv4 in, IPv6 out */
 	V6N_DIRECTION_FROM_POD = 4,  /* sent by a pod (counted on its host-side device) */
 	V6N_DIRECTION_TO_POD = 5,    /* on its way into a pod through the host-side device */
+	V6N_DIRECTION_SOCKET = 6,    /* a cgroup socket hook (connect, sendmsg, ...) */
 };
 
 /* v6n_counters: per-CPU hash, one slot per device, direction and reason. */
@@ -109,6 +113,84 @@ struct v6n_endpoint_value {
 	__u8 flags;
 	__u8 pad[3];
 };
+
+/*
+ * Services (lib/lb.h). A frontend (ClusterIP, external or load-balancer IP,
+ * node address for a NodePort; port; protocol) has a row per slot in
+ * v6n_services: slot 0 says how many backends it has and slots 1..count name
+ * them by backend id. The agent writes backends, then slots, then slot 0, so
+ * a reader never meets a slot that names a missing backend.
+ */
+struct v6n_service_key {
+	__u8 addr[16];  /* network byte order */
+	__u16 port;     /* network byte order */
+	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+	__u16 slot;     /* 0: the frontend itself; 1..count: its backends */
+	__u16 pad2;
+};
+
+#define V6N_SERVICE_AFFINITY 1 /* sessionAffinity: ClientIP */
+
+struct v6n_service_value {
+	__u32 backend_id;       /* slots 1..count: the backend */
+	__u32 id;               /* the frontend's id: v6n_frontends, affinity, stats */
+	__u16 count;            /* slot 0: backends in slots 1..count; 0 refuses */
+	__u16 flags;            /* slot 0: V6N_SERVICE_* */
+	__u32 affinity_seconds; /* slot 0, with V6N_SERVICE_AFFINITY */
+};
+
+/* A transport address: a backend (v6n_backends, by backend id), or a
+ * frontend (v6n_frontends, by frontend id) for replies and getpeername. */
+struct v6n_l4_addr {
+	__u8 addr[16]; /* network byte order */
+	__u16 port;    /* network byte order */
+	__u8 proto;
+	__u8 pad;
+};
+
+/* v6n_affinity (LRU): the backend a client was given, for ClientIP affinity.
+ * The client is its network namespace (its socket's netns cookie): at connect
+ * time a socket has no source address yet, and a pod is one namespace. */
+struct v6n_affinity_key {
+	__u64 client;
+	__u32 frontend;
+	__u32 pad;
+};
+
+struct v6n_affinity_value {
+	__u64 last_used_ns; /* bpf_ktime_get_ns() */
+	__u32 backend_id;
+	__u16 slot;         /* where it was: a slot naming another backend means it left */
+	__u16 pad;
+};
+
+/* v6n_sock_revnat (LRU): a socket that was sent to a backend in place of a
+ * frontend, so replies (recvmsg) and getpeername show the frontend. */
+struct v6n_sock_revnat_key {
+	__u64 cookie;   /* bpf_get_socket_cookie() */
+	__u8 addr[16];  /* the backend */
+	__u16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct v6n_sock_revnat_value {
+	__u32 frontend;
+};
+
+/* v6n_service_stats (per CPU, by frontend id). */
+struct v6n_service_stats {
+	__u64 translated; /* sockets given a backend */
+	__u64 refused;    /* connects refused: no backend */
+};
+
+#define V6N_SERVICE_SLOTS_MAX 1048576 /* frontends plus all their backend slots */
+#define V6N_BACKENDS_MAX 262144
+#define V6N_FRONTENDS_MAX 131072
+#define V6N_BACKENDS_PER_SERVICE_MAX 4096 /* more are clamped, with a reason in status */
+#define V6N_AFFINITY_MAX 65536
+#define V6N_SOCK_REVNAT_MAX 262144
 
 #define V6N_COUNTERS_MAX 16384 /* ~a dozen slots per pod at 110 pods, plus uplinks */
 #define V6N_ENDPOINTS_MAX 65536
