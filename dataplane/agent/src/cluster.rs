@@ -9,7 +9,7 @@ use std::net::Ipv6Addr;
 use ipnet::Ipv6Net;
 use rtnetlink::Handle;
 use serde::{Deserialize, Serialize};
-use v6node_k8s::{ApiState, NodeProblem, NodeWatch, Settings};
+use v6node_k8s::{ApiState, ClusterWatch, NodeProblem, ServicesView, Settings};
 
 use crate::routes::{self, PeerRoute, RouteState, RouteStats};
 
@@ -59,13 +59,13 @@ fn host_name() -> String {
 }
 
 pub struct Cluster {
-    watch: NodeWatch,
+    watch: ClusterWatch,
 }
 
 impl Cluster {
     pub fn start(settings: Settings) -> Self {
         log::info!("following the Kubernetes API as node {} (kubeconfig {})", settings.node_name, settings.kubeconfig.display());
-        Cluster { watch: NodeWatch::start(settings) }
+        Cluster { watch: ClusterWatch::start(settings) }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -74,6 +74,12 @@ impl Cluster {
 
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<()> {
         self.watch.subscribe()
+    }
+
+    /// The Services this node serves, NodePorts on its `address`; `None`
+    /// until Services and EndpointSlices were listed once.
+    pub fn services(&self, address: Option<Ipv6Addr>) -> Option<ServicesView> {
+        self.watch.services(&address.into_iter().collect::<Vec<_>>())
     }
 
     /// Brings v6node's routes in line with the view. Before the first

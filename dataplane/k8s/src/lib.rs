@@ -5,7 +5,9 @@
 //! have ([`cluster`]). The agent stays the one writer of routes and maps.
 
 pub mod cluster;
+pub mod services;
 pub mod watch;
 
 pub use cluster::{ClusterView, NodeProblem, Peer};
-pub use watch::{ApiState, NodeWatch, Settings};
+pub use services::{ServiceProblem, ServicesView};
+pub use watch::{ApiState, ClusterWatch, Settings};

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Follows the cluster's Nodes into a reflector store, and says when the
-//! store changed. The API connection is rebuilt from the kubeconfig after
+//! Follows the cluster's Nodes, Services and EndpointSlices into reflector
+//! stores (one watch each), and says when a store changed. The API connection is rebuilt from the kubeconfig after
 //! every failure, so a rotated credential (a new token or client certificate
 //! in the files the kubeconfig names) and a restarted API server are taken up
 //! without a restart of the agent. The store keeps its last complete list
@@ -13,19 +13,22 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     runtime::{
         reflector::{self, store::Writer, Store},
-        watcher,
+        watcher, WatchStreamExt,
     },
-    Api, Client, Config,
+    Api, Client, Config, Resource, ResourceExt,
 };
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::{sync::watch as signal, task::JoinHandle};
 
-use crate::cluster::ClusterView;
+use crate::{cluster::ClusterView, services::ServicesView};
 
 /// Where the agent's credential is, and who it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,56 +91,106 @@ pub async fn client(path: &std::path::Path) -> Result<(Client, String), Error> {
     Ok((client, server))
 }
 
-pub struct NodeWatch {
+/// The watches of one credential and Node name, and their stores.
+pub struct ClusterWatch {
     settings: Settings,
-    store: Store<Node>,
-    state: Arc<Mutex<ApiState>>,
+    nodes: Store<Node>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    /// Nodes, Services, EndpointSlices: each watch reports its own.
+    states: [Arc<Mutex<ApiState>>; 3],
     changes: signal::Receiver<()>,
-    task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
-impl NodeWatch {
-    /// Starts following Nodes in the background (on the current runtime).
+impl ClusterWatch {
+    /// Starts following the API in the background (on the current runtime).
     pub fn start(settings: Settings) -> Self {
-        let (store, writer) = reflector::store();
-        let state = Arc::new(Mutex::new(ApiState { kubeconfig: settings.kubeconfig.clone(), ..ApiState::default() }));
+        let (nodes, node_writer) = reflector::store();
+        let (services, service_writer) = reflector::store();
+        let (slices, slice_writer) = reflector::store();
+        let state = || Arc::new(Mutex::new(ApiState { kubeconfig: settings.kubeconfig.clone(), ..ApiState::default() }));
+        let states = [state(), state(), state()];
         let (notify, changes) = signal::channel(());
-        let task = tokio::spawn(follow(settings.clone(), writer, state.clone(), notify));
-        NodeWatch { settings, store, state, changes, task }
+        let tasks = vec![
+            tokio::spawn(follow(settings.clone(), "nodes", node_writer, states[0].clone(), notify.clone())),
+            tokio::spawn(follow(settings.clone(), "services", service_writer, states[1].clone(), notify.clone())),
+            tokio::spawn(follow(settings.clone(), "endpointslices", slice_writer, states[2].clone(), notify)),
+        ];
+        ClusterWatch { settings, nodes, services, slices, states, changes, tasks }
     }
 
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
-    /// A receiver that is told when the store or the connection changed.
+    /// A receiver that is told when a store or a connection changed.
     pub fn subscribe(&self) -> signal::Receiver<()> {
         self.changes.clone()
     }
 
+    /// The connection as a whole: connected and synced when every watch is,
+    /// the first error of any, the Node watch's connections.
     pub fn api_state(&self) -> ApiState {
-        self.state.lock().expect("api state lock").clone()
+        let states: Vec<ApiState> = self.states.iter().map(|s| s.lock().expect("api state lock").clone()).collect();
+        ApiState {
+            connected: states.iter().all(|s| s.connected),
+            synced: states.iter().all(|s| s.synced),
+            error: states.iter().find_map(|s| s.error.clone()),
+            ..states[0].clone()
+        }
     }
 
-    /// The desired view from the store; `None` until a complete list of the
-    /// cluster's Nodes has arrived once (before that, an empty store would
-    /// look like a cluster without peers).
+    fn synced(&self, watch: usize) -> bool {
+        self.states[watch].lock().expect("api state lock").synced
+    }
+
+    /// The desired view from the Node store; `None` until a complete list of
+    /// the cluster's Nodes has arrived once (before that, an empty store
+    /// would look like a cluster without peers).
     pub fn view(&self) -> Option<ClusterView> {
-        if !self.api_state().synced {
+        if !self.synced(0) {
             return None;
         }
-        let nodes = self.store.state();
+        let nodes = self.nodes.state();
         Some(ClusterView::from_nodes(&self.settings.node_name, nodes.iter().map(|n| n.as_ref())))
     }
-}
 
-impl Drop for NodeWatch {
-    fn drop(&mut self) {
-        self.task.abort();
+    /// The Services this node serves, once both Services and EndpointSlices
+    /// were listed completely (before that, every Service would look empty
+    /// and refuse). NodePorts are served on `node_addresses`.
+    pub fn services(&self, node_addresses: &[std::net::Ipv6Addr]) -> Option<ServicesView> {
+        if !self.synced(1) || !self.synced(2) {
+            return None;
+        }
+        let services = self.services.state();
+        let slices = self.slices.state();
+        Some(ServicesView::build(
+            &self.settings.node_name,
+            node_addresses,
+            services.iter().map(|s| s.as_ref()),
+            slices.iter().map(|s| s.as_ref()),
+        ))
     }
 }
 
-async fn follow(settings: Settings, mut writer: Writer<Node>, state: Arc<Mutex<ApiState>>, notify: signal::Sender<()>) {
+impl Drop for ClusterWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn follow<K>(
+    settings: Settings,
+    what: &'static str,
+    mut writer: Writer<K>,
+    state: Arc<Mutex<ApiState>>,
+    notify: signal::Sender<()>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
     let update = |change: &dyn Fn(&mut ApiState)| {
         let mut s = state.lock().expect("api state lock");
         let before = s.clone();
@@ -168,7 +221,10 @@ async fn follow(settings: Settings, mut writer: Writer<Node>, state: Arc<Mutex<A
                     s.server = Some(server.clone());
                     s.connects += 1;
                 });
-                let mut events = watcher(Api::<Node>::all(client), watcher::Config::default()).boxed();
+                // managedFields are most of an object's size and none of its meaning here.
+                let mut events = watcher(Api::<K>::all(client), watcher::Config::default())
+                    .modify(|object| object.managed_fields_mut().clear())
+                    .boxed();
                 loop {
                     match events.next().await {
                         Some(Ok(event)) => {
@@ -184,7 +240,7 @@ async fn follow(settings: Settings, mut writer: Writer<Node>, state: Arc<Mutex<A
                             }
                             notify.send_replace(());
                         }
-                        Some(Err(e)) => break format!("watching nodes at {server}: {e}"),
+                        Some(Err(e)) => break format!("watching {what} at {server}: {e}"),
                         None => break format!("the watch on {server} ended"),
                     }
                 }

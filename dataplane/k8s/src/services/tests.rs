@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Services and EndpointSlices as the API server returns them (JSON), and
+//! the frontends and backends this node should have.
+
+use serde_json::json;
+
+use super::*;
+
+const NODE: &str = "node-a";
+
+fn service(name: &str, spec: serde_json::Value) -> Service {
+    serde_json::from_value(json!({ "metadata": { "name": name, "namespace": "default" }, "spec": spec })).unwrap()
+}
+
+/// One slice of `service`: endpoints as (address, node, ready, serving, terminating).
+fn slice(service: &str, name: &str, ports: serde_json::Value, endpoints: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
+    let endpoints: Vec<_> = endpoints
+        .iter()
+        .map(|(ip, node, ready, serving, terminating)| {
+            json!({ "addresses": [ip], "nodeName": node,
+                    "conditions": { "ready": ready, "serving": serving, "terminating": terminating } })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": "default", "labels": { "kubernetes.io/service-name": service } },
+        "addressType": "IPv6", "ports": ports, "endpoints": endpoints,
+    }))
+    .unwrap()
+}
+
+fn ip(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+fn at<'a>(view: &'a ServicesView, addr: &str, port: u16, protocol: Protocol) -> &'a Frontend {
+    view.frontends
+        .iter()
+        .find(|f| f.address == Address { ip: ip(addr), port, protocol })
+        .unwrap_or_else(|| panic!("no frontend [{addr}]:{port}/{protocol:?} in {:#?}", view.frontends))
+}
+
+fn backends(frontend: &Frontend) -> Vec<(String, u16)> {
+    frontend.backends.iter().map(|b| (b.ip.to_string(), b.port)).collect()
+}
+
+#[test]
+fn multiport_service_with_the_same_port_on_tcp_and_udp_maps_each_to_its_target() {
+    let svc = service(
+        "dns",
+        json!({ "clusterIP": "fd00:96::a", "clusterIPs": ["fd00:96::a"], "ports": [
+            { "name": "dns", "port": 53, "protocol": "UDP" },
+            { "name": "dns-tcp", "port": 53, "protocol": "TCP" },
+            { "name": "metrics", "port": 9153, "protocol": "TCP" } ] }),
+    );
+    let eps = slice(
+        "dns",
+        "dns-1",
+        json!([{ "name": "dns", "port": 5353, "protocol": "UDP" }, { "name": "dns-tcp", "port": 5353, "protocol": "TCP" },
+               { "name": "metrics", "port": 9153, "protocol": "TCP" }]),
+        &[("fd00:10:244:a::5", NODE, true, true, false), ("fd00:10:244:b::6", "node-b", true, true, false)],
+    );
+    let view = ServicesView::build(NODE, &[], [&svc], [&eps]);
+    assert_eq!(view.frontends.len(), 3, "{view:#?}");
+    let want = vec![("fd00:10:244:a::5".to_string(), 5353), ("fd00:10:244:b::6".to_string(), 5353)];
+    assert_eq!(backends(at(&view, "fd00:96::a", 53, Protocol::Udp)), want);
+    assert_eq!(backends(at(&view, "fd00:96::a", 53, Protocol::Tcp)), want);
+    assert_eq!(at(&view, "fd00:96::a", 9153, Protocol::Tcp).backends.len(), 2);
+    assert!(view.problems.is_empty(), "{:?}", view.problems);
+}
+
+#[test]
+fn only_ready_endpoints_and_serving_terminating_ones_only_while_none_is_ready() {
+    let svc = service("web", json!({ "clusterIPs": ["fd00:96::b"], "ports": [{ "port": 80, "targetPort": 8080 }] }));
+    let ports = json!([{ "port": 8080 }]);
+    let mixed = slice(
+        "web",
+        "web-1",
+        ports.clone(),
+        &[
+            ("fd00::1", NODE, true, true, false),
+            ("fd00::2", NODE, false, true, true),   // terminating, still serving
+            ("fd00::3", NODE, false, false, false), // not ready
+        ],
+    );
+    let view = ServicesView::build(NODE, &[], [&svc], [&mixed]);
+    assert_eq!(backends(at(&view, "fd00:96::b", 80, Protocol::Tcp)), vec![("fd00::1".into(), 8080)]);
+
+    let draining = slice("web", "web-1", ports, &[("fd00::2", NODE, false, true, true), ("fd00::3", NODE, false, false, true)]);
+    let view = ServicesView::build(NODE, &[], [&svc], [&draining]);
+    let frontend = at(&view, "fd00:96::b", 80, Protocol::Tcp);
+    assert_eq!(backends(frontend), vec![("fd00::2".into(), 8080)]);
+    assert!(frontend.backends[0].terminating);
+}
+
+#[test]
+fn a_service_without_endpoints_is_a_frontend_with_no_backend_so_it_refuses() {
+    let svc = service("empty", json!({ "clusterIPs": ["fd00:96::c"], "ports": [{ "port": 80 }] }));
+    let view = ServicesView::build(NODE, &[], [&svc], []);
+    assert!(at(&view, "fd00:96::c", 80, Protocol::Tcp).backends.is_empty());
+}
+
+#[test]
+fn internal_traffic_policy_local_keeps_to_this_nodes_endpoints_for_cluster_ips_only() {
+    let svc = service(
+        "local",
+        json!({ "type": "NodePort", "clusterIPs": ["fd00:96::d"], "internalTrafficPolicy": "Local",
+                "ports": [{ "port": 80, "nodePort": 30080 }] }),
+    );
+    let eps = slice(
+        "local",
+        "l-1",
+        json!([{ "port": 80 }]),
+        &[("fd00::a", NODE, true, true, false), ("fd00::b", "node-b", true, true, false)],
+    );
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], [&svc], [&eps]);
+    assert_eq!(backends(at(&view, "fd00:96::d", 80, Protocol::Tcp)), vec![("fd00::a".into(), 80)]);
+    assert_eq!(at(&view, "fd00:9::a", 30080, Protocol::Tcp).backends.len(), 2);
+    assert_eq!(at(&view, "fd00:9::a", 30080, Protocol::Tcp).kind, FrontendKind::NodePort);
+}
+
+#[test]
+fn node_ports_external_and_load_balancer_ips_are_frontends_too() {
+    let mut svc = service(
+        "lb",
+        json!({ "type": "LoadBalancer", "clusterIPs": ["fd00:96::e"], "externalIPs": ["2001:db8::e", "192.0.2.1"],
+                "ports": [{ "port": 443, "nodePort": 31443 }] }),
+    );
+    svc.status = serde_json::from_value(json!({ "loadBalancer": { "ingress": [{ "ip": "2001:db8:1b::1" }] } })).unwrap();
+    let eps = slice("lb", "lb-1", json!([{ "port": 8443 }]), &[("fd00::e", "node-b", true, true, false)]);
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], [&svc], [&eps]);
+    for (addr, port, kind) in [
+        ("fd00:96::e", 443, FrontendKind::ClusterIp),
+        ("2001:db8::e", 443, FrontendKind::ExternalIp),
+        ("2001:db8:1b::1", 443, FrontendKind::LoadBalancer),
+        ("fd00:9::a", 31443, FrontendKind::NodePort),
+    ] {
+        let frontend = at(&view, addr, port, Protocol::Tcp);
+        assert_eq!(frontend.kind, kind);
+        assert_eq!(backends(frontend), vec![("fd00::e".into(), 8443)]);
+    }
+    assert_eq!(view.problems.len(), 1, "{:?}", view.problems);
+    assert!(view.problems[0].reason.contains("192.0.2.1 is not IPv6"), "{:?}", view.problems);
+}
+
+#[test]
+fn session_affinity_carries_its_timeout_or_kube_proxys_default() {
+    let timed = service(
+        "sticky",
+        json!({ "clusterIPs": ["fd00:96::f"], "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": { "clientIP": { "timeoutSeconds": 30 } }, "ports": [{ "port": 80 }] }),
+    );
+    let default =
+        service("sticky2", json!({ "clusterIPs": ["fd00:96::10"], "sessionAffinity": "ClientIP", "ports": [{ "port": 80 }] }));
+    let plain = service("plain", json!({ "clusterIPs": ["fd00:96::11"], "ports": [{ "port": 80 }] }));
+    let view = ServicesView::build(NODE, &[], [&timed, &default, &plain], []);
+    assert_eq!(at(&view, "fd00:96::f", 80, Protocol::Tcp).affinity_seconds, Some(30));
+    assert_eq!(at(&view, "fd00:96::10", 80, Protocol::Tcp).affinity_seconds, Some(DEFAULT_AFFINITY_SECONDS));
+    assert_eq!(at(&view, "fd00:96::11", 80, Protocol::Tcp).affinity_seconds, None);
+}
+
+#[test]
+fn other_proxies_services_headless_and_external_names_are_left_alone() {
+    let mut other = service("other", json!({ "clusterIPs": ["fd00:96::20"], "ports": [{ "port": 80 }] }));
+    other.metadata.labels = Some([("service.kubernetes.io/service-proxy-name".to_string(), "other".to_string())].into());
+    let headless = service("headless", json!({ "clusterIP": "None", "clusterIPs": ["None"], "ports": [{ "port": 80 }] }));
+    let external = service("ext", json!({ "type": "ExternalName", "externalName": "example.org" }));
+    let view = ServicesView::build(NODE, &[], [&other, &headless, &external], []);
+    assert!(view.frontends.is_empty(), "{view:#?}");
+    assert!(view.problems.is_empty(), "{:?}", view.problems);
+}
+
+#[test]
+fn ipv4_cluster_ips_endpoints_and_sctp_are_refused_with_the_reason() {
+    let v4 = service("v4", json!({ "clusterIPs": ["10.96.0.10"], "ports": [{ "port": 80 }] }));
+    let sctp = service("sctp", json!({ "clusterIPs": ["fd00:96::30"], "ports": [{ "port": 9, "protocol": "SCTP" }] }));
+    let v4_slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": { "name": "v4-1", "namespace": "default", "labels": { "kubernetes.io/service-name": "v4" } },
+        "addressType": "IPv4", "ports": [{ "port": 80 }], "endpoints": [{ "addresses": ["10.0.0.1"] }],
+    }))
+    .unwrap();
+    let view = ServicesView::build(NODE, &[], [&v4, &sctp], [&v4_slice]);
+    assert!(view.frontends.is_empty(), "{view:#?}");
+    let reasons: Vec<String> = view.problems.iter().map(|p| format!("{}: {}", p.service, p.reason)).collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("default/v4: ClusterIP 10.96.0.10 is not IPv6")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("default/v4: EndpointSlice v4-1: IPv4 endpoints")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("default/sctp: port 9: protocol SCTP is not supported")), "{reasons:?}");
+}
+
+#[test]
+fn more_endpoints_than_a_frontend_holds_are_clamped_with_a_reason() {
+    let svc = service("big", json!({ "clusterIPs": ["fd00:96::40"], "ports": [{ "port": 80 }] }));
+    let addresses: Vec<String> = (0..BACKENDS_PER_FRONTEND_MAX + 10).map(|i| format!("fd00:1::{:x}", i + 1)).collect();
+    let endpoints: Vec<(&str, &str, bool, bool, bool)> =
+        addresses.iter().map(|a| (a.as_str(), NODE, true, true, false)).collect();
+    let eps = slice("big", "big-1", json!([{ "port": 80 }]), &endpoints);
+    let view = ServicesView::build(NODE, &[], [&svc], [&eps]);
+    assert_eq!(at(&view, "fd00:96::40", 80, Protocol::Tcp).backends.len(), BACKENDS_PER_FRONTEND_MAX);
+    assert!(view.problems.iter().any(|p| p.reason.contains("more than 4096 endpoints")), "{:?}", view.problems);
+}
+
+#[test]
+fn the_same_address_claimed_by_two_services_goes_to_the_first_by_name() {
+    let a = service("a", json!({ "clusterIPs": ["fd00:96::50"], "externalIPs": ["2001:db8::50"], "ports": [{ "port": 80 }] }));
+    let b = service("b", json!({ "clusterIPs": ["fd00:96::51"], "externalIPs": ["2001:db8::50"], "ports": [{ "port": 80 }] }));
+    let view = ServicesView::build(NODE, &[], [&a, &b], []);
+    assert_eq!(at(&view, "2001:db8::50", 80, Protocol::Tcp).service, "default/a");
+    assert!(
+        view.problems.iter().any(|p| p.service == "default/b" && p.reason.contains("default/a's already")),
+        "{:?}",
+        view.problems
+    );
+}
