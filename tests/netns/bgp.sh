@@ -86,6 +86,8 @@ routing_section() { # routing_section N: node N's [routing], peering with the ro
 for n in a b; do
     mkdir -p "$work/$n/root/usr/lib/v6node" "$work/$n/root/etc/v6node/dataplane.d" "$work/$n/state"
     cat >"$work/$n/root/usr/lib/v6node/dataplane.toml" <<EOF
+[services]
+cgroup = ""
 [attach]
 devices = ["eth0"]
 [bigtcp]

@@ -50,6 +50,8 @@ in_node sysctl -qw net.ipv6.conf.all.forwarding=1
 
 mkdir -p "$root/usr/lib/v6node" "$root/etc/v6node/dataplane.d"
 cat >"$root/usr/lib/v6node/dataplane.toml" <<'EOT'
+[services]
+cgroup = ""
 [attach]
 devices = ["uplink*"]
 [bigtcp]

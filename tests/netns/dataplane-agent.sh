@@ -49,6 +49,8 @@ ip -n "$node" link set node0 up
 
 mkdir -p "$root/usr/lib/v6node" "$root/etc/v6node/dataplane.d"
 cat >"$root/usr/lib/v6node/dataplane.toml" <<'EOF'
+[services]
+cgroup = ""
 [attach]
 devices = ["node*"]
 [bigtcp]

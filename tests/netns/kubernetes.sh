@@ -71,6 +71,8 @@ ip -n "$peer" route add fd00:10:244:a::/64 via fd00:9::a
 
 mkdir -p "$root/usr/lib/v6node" "$work/state"
 cat >"$root/usr/lib/v6node/dataplane.toml" <<EOF
+[services]
+cgroup = ""
 [attach]
 devices = ["eth0"]
 [bigtcp]

@@ -75,6 +75,8 @@ at "$r4" sysctl -qw net.ipv4.ip_forward=1
 
 mkdir -p "$root/usr/lib/v6node" "$root/etc/v6node/dataplane.d"
 cat >"$root/usr/lib/v6node/dataplane.toml" <<'TOML'
+[services]
+cgroup = ""
 [attach]
 devices = ["gw6", "gw4"]
 [bigtcp]

@@ -32,6 +32,8 @@ use crate::{
     endpoints::Endpoints,
     files, logging, metrics, netdev,
     paths::Paths,
+    services::{ServiceTables, ServicesState},
+    sockets,
     state::{self, Reload, State},
     tables,
 };
@@ -41,6 +43,9 @@ use crate::{
 const SETTLE: Duration = Duration::from_millis(200);
 /// A full reconcile now and then repairs what someone else removed.
 const RESYNC: Duration = Duration::from_secs(60);
+/// API changes arrive in bursts too (a rollout changes an EndpointSlice many
+/// times a second): the tables follow the last state of a burst.
+const CLUSTER_SETTLE: Duration = Duration::from_millis(50);
 
 fn notify(states: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(false, states) {
@@ -62,6 +67,7 @@ struct Daemon {
     metrics: Option<(String, JoinHandle<()>)>,
     /// Following the Kubernetes API, while kubernetes.kubeconfig is set.
     cluster: Option<Cluster>,
+    services: ServiceTables,
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -106,6 +112,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         endpoints,
         metrics: None,
         cluster: None,
+        services: ServiceTables::default(),
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -123,6 +130,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut watchdog =
         sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
     let mut settle_at: Option<TokioInstant> = None;
+    let mut cluster_settle_at: Option<TokioInstant> = None;
     let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
 
     loop {
@@ -132,6 +140,10 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
                 cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
             }
             _ = async { match cluster_changes.as_mut() { Some(rx) => rx.changed().await.unwrap_or(()), None => pending().await } } => {
+                cluster_settle_at.get_or_insert_with(|| TokioInstant::now() + CLUSTER_SETTLE);
+            }
+            _ = async { match cluster_settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
+                cluster_settle_at = None;
                 daemon.reconcile_cluster().await;
             }
             _ = terminate.recv() => break,
@@ -279,6 +291,7 @@ impl Daemon {
             Err(e) => log::error!("checking endpoints: {e:#}"),
         }
         self.reconcile_devices().await;
+        self.services.forget();
         self.reconcile_cluster().await;
     }
 
@@ -307,10 +320,51 @@ impl Daemon {
                     s.cni_config = cni_config;
                 });
             }
+            self.apply_services();
         }
         // BGP announces the Node's prefixes, or pods.prefix without a cluster.
         let config = self.loaded.config.clone();
         self.apply_bgp(&config);
+    }
+
+    /// The service tables from the Services view, while socket hooks are
+    /// configured. Until Services and EndpointSlices were listed once, the
+    /// tables stay as they are (a previous agent's, across a restart).
+    fn apply_services(&mut self) {
+        let Some(cluster) = &self.cluster else { return };
+        if self.loaded.config.services.cgroup.is_none() {
+            return;
+        }
+        let address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
+        let Some(view) = cluster.services(address) else { return };
+        let next = match self.services.sync(&self.paths.pin_dir, &view) {
+            Ok(next) => next,
+            Err(e) => {
+                log::error!("syncing {} service frontend(s): {e:#}", view.frontends.len());
+                let previous = self.state.lock().expect("state lock").services.clone().unwrap_or_default();
+                ServicesState { error: Some(format!("{e:#}")), ..previous }
+            }
+        };
+        let previous = self.state.lock().expect("state lock").services.clone();
+        if previous.as_ref() == Some(&next) {
+            return;
+        }
+        let sync = &next.sync;
+        if sync.inserted + sync.updated + sync.removed > 0 {
+            log::info!(
+                "services: {} frontend(s), {} backend(s) ({} added, {} changed, {} removed in {} µs)",
+                next.frontends.len(),
+                next.backends,
+                sync.inserted,
+                sync.updated,
+                sync.removed,
+                sync.write_micros
+            );
+        }
+        for problem in next.problems.iter().filter(|p| previous.as_ref().is_none_or(|s| !s.problems.contains(p))) {
+            log::warn!("service {}: {}", problem.service, problem.reason);
+        }
+        self.update(|s| s.services = Some(next));
     }
 
     /// bird's configuration from routing.* and the node's prefixes: its
@@ -428,6 +482,10 @@ impl Daemon {
             log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
         }
         self.apply_kubernetes(config);
+        let hooks = sockets::reconcile(&self.paths, config.services.cgroup.as_deref());
+        if config.services.cgroup.is_none() {
+            self.update(|s| s.services = None);
+        }
         let cni_config = files::write_cni_conflist(&self.paths, &effective(config, self.node_pod_prefix()))?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
@@ -437,6 +495,7 @@ impl Daemon {
             s.config_files = loaded.files.clone();
             s.deny_sources = Some(deny);
             s.nat64 = nat64;
+            s.socket_hooks = hooks;
         });
         logging::set_level(config.log.level.as_str());
         self.loaded = loaded.clone();

@@ -11,7 +11,7 @@ use crate::{
     attach::{detach_clsact, pinned_links, program_pin, AttachPoint},
     bpf, files, netdev,
     paths::Paths,
-    state,
+    sockets, state,
 };
 
 pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
@@ -36,6 +36,11 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
                 removed += 1;
             }
         }
+    }
+    let hooks = sockets::remove_all(paths);
+    if hooks > 0 {
+        println!("detached {hooks} socket hook(s) ({})", paths.cgroup_links_dir().display());
+        removed += hooks;
     }
     for map in bpf::pinned_maps()? {
         let pin = paths.pin_dir.join(map);

@@ -103,6 +103,14 @@ pub fn update(pin: &Path, prog_fd: i32) -> io::Result<()> {
     bpf(BPF_LINK_UPDATE, &mut attr).map(drop)
 }
 
+impl TcxLinkInfo {
+    /// A cgroup link's arm is { u64 cgroup_id; u32 attach_type }: its id
+    /// spans the two words a tcx link has ifindex and attach type in.
+    pub fn cgroup_id(&self) -> u64 {
+        u64::from(self.ifindex) | u64::from(self.attach_type) << 32
+    }
+}
+
 /// Reads a pinned tcx or netkit link (their info arms are laid out alike).
 pub fn read(pin: &Path) -> io::Result<TcxLinkInfo> {
     let fd = open_pin(pin)?;

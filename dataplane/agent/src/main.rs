@@ -18,6 +18,8 @@ mod netdev;
 mod paths;
 mod reload;
 mod routes;
+mod services;
+mod sockets;
 mod state;
 mod status;
 mod tables;

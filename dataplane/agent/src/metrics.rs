@@ -72,6 +72,42 @@ pub fn render(paths: &Paths, state: &State) -> String {
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    if let Some(services) = &state.services {
+        let stats = crate::services::stats(&paths.pin_dir).unwrap_or_default();
+        for (name, help, pick) in [
+            (
+                "v6node_service_translated_total",
+                "Sockets given a backend of a Service frontend, by service, port and frontend.",
+                0,
+            ),
+            ("v6node_service_refused_total", "Connections to a Service frontend refused for want of a backend.", 1),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for f in &services.frontends {
+                let (translated, refused) = stats.get(&f.id).copied().unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "{name}{{service=\"{}\",port=\"{}\",frontend=\"{}\"}} {}",
+                    escape(&f.service),
+                    escape(&f.port_name),
+                    escape(&f.address.to_string()),
+                    if pick == 0 { translated } else { refused }
+                );
+            }
+        }
+        let name = "v6node_service_backends";
+        let _ = writeln!(out, "# HELP {name} Backends a Service frontend chooses from.\n# TYPE {name} gauge");
+        for f in &services.frontends {
+            let _ = writeln!(
+                out,
+                "{name}{{service=\"{}\",port=\"{}\",frontend=\"{}\"}} {}",
+                escape(&f.service),
+                escape(&f.port_name),
+                escape(&f.address.to_string()),
+                f.backends.len()
+            );
+        }
+    }
     let name = "v6node_dataplane_bigtcp_gso_max_size_bytes";
     let _ = writeln!(out, "# HELP {name} GSO maximum size the agent set, by device.\n# TYPE {name} gauge");
     for report in &state.bigtcp {

@@ -26,6 +26,11 @@ impl Paths {
         self.pin_dir.join("links")
     }
 
+    /// The Service socket hooks' cgroup links and their programs.
+    pub fn cgroup_links_dir(&self) -> PathBuf {
+        self.pin_dir.join("cgroup")
+    }
+
     /// Each tcx link's program, pinned beside it so its tag can be read
     /// without CAP_SYS_ADMIN.
     pub fn programs_dir(&self) -> PathBuf {

@@ -50,6 +50,13 @@ pub struct State {
     /// The Kubernetes side; None unless kubernetes.kubeconfig is set.
     #[serde(default)]
     pub cluster: Option<crate::cluster::ClusterState>,
+    /// The Service socket hooks on services.cgroup.
+    #[serde(default)]
+    pub socket_hooks: Vec<crate::sockets::SocketHook>,
+    /// The service tables; None unless the API is followed and
+    /// services.cgroup is set.
+    #[serde(default)]
+    pub services: Option<crate::services::ServicesState>,
     /// What bird was configured with; None while routing.asn is unset.
     #[serde(default)]
     pub bgp: Option<crate::bgp::BgpState>,

@@ -37,6 +37,10 @@ struct Status {
     cluster: Option<crate::cluster::ClusterState>,
     /// BGP; null unless routing.asn is set.
     bgp: Option<Bgp>,
+    /// The socket hooks on services.cgroup.
+    socket_hooks: Vec<crate::sockets::SocketHook>,
+    /// Services; null until the API is followed with services.cgroup set.
+    services: Option<Services>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
 }
@@ -47,6 +51,14 @@ struct Bgp {
     configured: crate::bgp::BgpState,
     /// Each session as bird reports it now (empty when bird does not answer).
     sessions: Vec<crate::bgp::Session>,
+}
+
+#[derive(Serialize)]
+struct Services {
+    #[serde(flatten)]
+    recorded: crate::services::ServicesState,
+    /// Per frontend id, from the kernel now: (sockets translated, refused).
+    stats: std::collections::BTreeMap<u32, (u64, u64)>,
 }
 
 #[derive(Serialize)]
@@ -124,6 +136,15 @@ fn collect(paths: &Paths) -> Result<Status> {
         }
         Bgp { configured, sessions }
     });
+    for hook in recorded.socket_hooks.iter().filter(|h| h.error.is_some()) {
+        problems.push(format!("socket hook {}: {}", hook.program, hook.error.as_deref().unwrap_or("")));
+    }
+    let services = recorded.services.clone().map(|recorded| {
+        if let Some(e) = &recorded.error {
+            problems.push(format!("services: {e}"));
+        }
+        Services { recorded, stats: crate::services::stats(&paths.pin_dir).unwrap_or_default() }
+    });
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
     }
@@ -151,6 +172,8 @@ fn collect(paths: &Paths) -> Result<Status> {
         pods: Pods { cni_config: recorded.cni_config, endpoints: recorded.endpoints },
         cluster: recorded.cluster,
         bgp,
+        socket_hooks: recorded.socket_hooks,
+        services,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -284,6 +307,7 @@ fn human(status: &Status) -> String {
     if let Some(bgp) = &status.bgp {
         bgp_section(&mut out, bgp);
     }
+    services_section(&mut out, status);
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status
         .counters
@@ -337,6 +361,51 @@ fn cluster_section(out: &mut String, cluster: &crate::cluster::ClusterState) {
     }
     for problem in &cluster.problems {
         let _ = writeln!(out, "  node {}: {}", problem.node, problem.reason);
+    }
+}
+
+fn services_section(out: &mut String, status: &Status) {
+    let hooks: Vec<String> = status
+        .socket_hooks
+        .iter()
+        .map(|h| format!("{}{}", h.program.trim_start_matches("v6n_sock_"), if h.error.is_some() { " (FAILED)" } else { "" }))
+        .collect();
+    let cgroup = status.socket_hooks.first().map(|h| h.cgroup.display().to_string());
+    let _ = match (&cgroup, &status.services) {
+        (None, _) => writeln!(out, "\nservices:    off (services.cgroup unset)"),
+        (Some(cgroup), None) => writeln!(out, "\nservices:    socket hooks on {cgroup} ({}); no Services yet", hooks.join(", ")),
+        (Some(cgroup), Some(s)) => writeln!(
+            out,
+            "\nservices:    {} frontend(s), {} backend(s); socket hooks on {cgroup} ({})",
+            s.recorded.frontends.len(),
+            s.recorded.backends,
+            hooks.join(", ")
+        ),
+    };
+    let Some(services) = &status.services else { return };
+    let rows: Vec<Vec<String>> = services
+        .recorded
+        .frontends
+        .iter()
+        .map(|f| {
+            let (translated, refused) = services.stats.get(&f.id).copied().unwrap_or_default();
+            let name = if f.port_name.is_empty() { f.service.clone() } else { format!("{}:{}", f.service, f.port_name) };
+            vec![
+                name,
+                format!("{:?}", f.kind).to_lowercase(),
+                f.address.to_string(),
+                if f.backends.is_empty() { "none (refused)".into() } else { f.backends.join(" ") },
+                f.affinity_seconds.map_or("-".into(), |s| format!("{s}s")),
+                translated.to_string(),
+                refused.to_string(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(out, &["SERVICE", "KIND", "FRONTEND", "BACKENDS", "AFFINITY", "TRANSLATED", "REFUSED"], &rows);
+    }
+    for problem in &services.recorded.problems {
+        let _ = writeln!(out, "  service {}: {}", problem.service, problem.reason);
     }
 }
 

@@ -69,6 +69,7 @@ pub struct Config {
     pub pods: Pods,
     pub kubernetes: Kubernetes,
     pub routing: Routing,
+    pub services: Services,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -273,6 +274,22 @@ pub struct Kubernetes {
 
 fn serialize_optional_displayed_path<S: Serializer>(value: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
     serialize_optional_displayed(&value.as_ref().map(|p| p.display().to_string()), s)
+}
+
+/// Kubernetes Services, translated by the socket hooks on `cgroup`: every
+/// process in it and below (the root cgroup: all pods and the node itself)
+/// reaches a Service's backends directly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Services {
+    /// A cgroup v2 directory; `None`: no socket hooks.
+    #[serde(serialize_with = "serialize_optional_displayed_path")]
+    pub cgroup: Option<PathBuf>,
+}
+
+impl Default for Services {
+    fn default() -> Self {
+        Services { cgroup: Some(PathBuf::from("/sys/fs/cgroup")) }
+    }
 }
 
 /// Reaching peers that are not on-link: BGP announcements of this node's

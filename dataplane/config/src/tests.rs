@@ -317,7 +317,7 @@ fn unknown_keys() {
     bad(
         "foo = 1",
         "foo",
-        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, kubernetes, routing, metrics, log",
+        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, kubernetes, routing, services, metrics, log",
     );
     bad("[foo]", "foo", "unknown key `foo`");
     bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");
@@ -636,6 +636,20 @@ fn kubernetes_kubeconfig_and_node_name() {
     bad("[kubernetes]\nnode_name = \"Node_1\"\n", "kubernetes.node_name", "is not a Node name");
     bad("[kubernetes]\nnode_name = \"-a\"\n", "kubernetes.node_name", "is not a Node name");
     bad("[kubernetes]\nserver = \"https://[::1]:6443\"\n", "kubernetes.server", "unknown key");
+}
+
+#[test]
+fn services_cgroup_is_the_root_cgroup_unless_moved_or_turned_off() {
+    assert_eq!(Config::default().services.cgroup, Some("/sys/fs/cgroup".into()), "every pod and the node itself");
+    assert_eq!(
+        ok("[services]\ncgroup = \"/sys/fs/cgroup/kubepods.slice\"\n").services.cgroup,
+        Some("/sys/fs/cgroup/kubepods.slice".into())
+    );
+    assert_eq!(ok("[services]\ncgroup = \"\"\n").services.cgroup, None);
+    bad("[services]\ncgroup = \"kubepods\"\n", "services.cgroup", "is not an absolute path");
+    bad("[services]\nkube_proxy = true\n", "services.kube_proxy", "unknown key");
+    let c = ok("[services]\ncgroup = \"\"\n");
+    assert_eq!(ok(&toml::to_string(&c).unwrap()), c, "round trip through its own serialization");
 }
 
 #[test]

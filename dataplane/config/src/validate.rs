@@ -17,7 +17,11 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(crate) fn build(m: &Merged) -> Result<Config> {
     let v = Validator { m };
     let root = &m.table;
-    v.known_keys(root, "", &["attach", "bigtcp", "filter", "nat64", "pods", "kubernetes", "routing", "metrics", "log"])?;
+    v.known_keys(
+        root,
+        "",
+        &["attach", "bigtcp", "filter", "nat64", "pods", "kubernetes", "routing", "services", "metrics", "log"],
+    )?;
     let mut cfg = Config::default();
 
     if let Some(t) = v.section(root, "attach", &["devices", "mode"])? {
@@ -91,6 +95,16 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
                 return Err(v.err("kubernetes.node_name", format!("{s:?} is not a Node name (lower-case RFC 1123 subdomain)")));
             }
             cfg.kubernetes.node_name = s.to_string();
+        }
+    }
+
+    if let Some(t) = v.section(root, "services", &["cgroup"])? {
+        if let Some(s) = v.string(t, "services.cgroup")? {
+            cfg.services.cgroup = match s {
+                "" => None,
+                s if s.starts_with('/') => Some(s.into()),
+                s => return Err(v.err("services.cgroup", format!("{s:?} is not an absolute path"))),
+            };
         }
     }
 

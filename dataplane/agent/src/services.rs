@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Keeps the service tables (bpf/lib/lb.h) equal to the Services view the
+//! watch derives (`v6node_k8s::services`). Every write is one atomic map
+//! update, in an order that never shows a reader a half-written Service:
+//! backends and frontend addresses first, then each frontend's backend slots,
+//! then its slot 0 (the count), and only then what is stale.
+//!
+//! A backend keeps its slot while it stays (so ClientIP affinity, which
+//! remembers the slot, holds); a leaving backend's slot is taken by a new
+//! one, or by the last slot when there is none.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    time::Instant,
+};
+
+use anyhow::{Context, Result};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
+use serde::{Deserialize, Serialize};
+use v6node_abi::{maps, L4Addr, ServiceKey, ServiceStats, ServiceValue, SERVICE_AFFINITY};
+use v6node_k8s::{
+    services::{Address, Frontend, FrontendKind, Protocol},
+    ServiceProblem, ServicesView,
+};
+
+use crate::{bpf, tables::SyncStats};
+
+/// A backend as the tables know it: its transport address.
+type BackendAddr = (std::net::Ipv6Addr, u16, u8);
+
+/// What one frontend is in the kernel: its slot 0 and the backend in each slot.
+#[derive(Clone, Debug, PartialEq)]
+struct Written {
+    id: u32,
+    flags: u16,
+    affinity_seconds: u32,
+    /// Backend ids, slot 1 first.
+    slots: Vec<u32>,
+}
+
+/// The service tables as last read or written.
+#[derive(Default)]
+struct Current {
+    frontends: BTreeMap<Address, Written>,
+    backends: BTreeMap<BackendAddr, u32>,
+}
+
+#[derive(Default)]
+pub struct ServiceTables {
+    /// `None`: read the kernel's tables before the next sync (first sync,
+    /// and every resync, which repairs what someone else changed).
+    current: Option<Current>,
+}
+
+/// The Services as `status` shows them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServicesState {
+    pub frontends: Vec<FrontendState>,
+    pub backends: usize,
+    pub problems: Vec<ServiceProblem>,
+    pub sync: SyncStats,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrontendState {
+    pub id: u32,
+    pub address: Address,
+    pub service: String,
+    pub port_name: String,
+    pub kind: FrontendKind,
+    pub backends: Vec<String>,
+    pub affinity_seconds: Option<u32>,
+}
+
+fn key(address: &Address, slot: u16) -> ServiceKey {
+    ServiceKey {
+        addr: address.ip.octets(),
+        port: address.port.to_be(),
+        proto: address.protocol.number(),
+        slot,
+        ..ServiceKey::default()
+    }
+}
+
+fn l4(ip: std::net::Ipv6Addr, port: u16, proto: u8) -> L4Addr {
+    L4Addr { addr: ip.octets(), port: port.to_be(), proto, pad: 0 }
+}
+
+fn protocol(number: u8) -> Option<Protocol> {
+    [Protocol::Tcp, Protocol::Udp].into_iter().find(|p| p.number() == number)
+}
+
+struct Tables {
+    services: BpfHashMap<MapData, ServiceKey, ServiceValue>,
+    backends: BpfHashMap<MapData, u32, L4Addr>,
+    frontends: BpfHashMap<MapData, u32, L4Addr>,
+    stats: PerCpuHashMap<MapData, u32, ServiceStats>,
+}
+
+impl Tables {
+    fn open(pin_dir: &Path) -> Result<Tables> {
+        Ok(Tables {
+            services: bpf::open_pinned_map(pin_dir, maps::SERVICES)?,
+            backends: bpf::open_pinned_map(pin_dir, maps::BACKENDS)?,
+            frontends: bpf::open_pinned_map(pin_dir, maps::FRONTENDS)?,
+            stats: bpf::open_pinned_map(pin_dir, maps::SERVICE_STATS)?,
+        })
+    }
+
+    /// The tables as the kernel has them. Slots of a frontend past its
+    /// count (an interrupted sync) are read too, so they are removed.
+    fn read(&self) -> Result<Current> {
+        let mut current = Current::default();
+        for entry in self.backends.iter() {
+            let (id, addr) = entry.context("reading v6n_backends")?;
+            current.backends.insert((addr.addr.into(), u16::from_be(addr.port), addr.proto), id);
+        }
+        let mut slots: BTreeMap<Address, BTreeMap<u16, u32>> = BTreeMap::new();
+        for entry in self.services.iter() {
+            let (key, value) = entry.context("reading v6n_services")?;
+            let Some(protocol) = protocol(key.proto) else { continue };
+            let address = Address { ip: key.addr.into(), port: u16::from_be(key.port), protocol };
+            if key.slot == 0 {
+                current.frontends.insert(
+                    address,
+                    Written { id: value.id, flags: value.flags, affinity_seconds: value.affinity_seconds, slots: Vec::new() },
+                );
+            } else {
+                slots.entry(address).or_default().insert(key.slot, value.backend_id);
+            }
+        }
+        for (address, slots) in slots {
+            let written =
+                current.frontends.entry(address).or_insert(Written { id: 0, flags: 0, affinity_seconds: 0, slots: vec![] });
+            let last = slots.keys().next_back().copied().unwrap_or(0);
+            // A hole (an interrupted sync) reads as backend 0, which no backend has.
+            written.slots = (1..=last).map(|slot| slots.get(&slot).copied().unwrap_or(0)).collect();
+        }
+        Ok(current)
+    }
+}
+
+/// The slots a frontend should have: backends that stay keep their slot, new
+/// ones fill the slots of leaving ones, then the tail moves into what is left.
+fn place(old: &[u32], wanted: &BTreeSet<u32>) -> Vec<u32> {
+    let mut slots: Vec<Option<u32>> = old.iter().map(|id| wanted.contains(id).then_some(*id)).collect();
+    let placed: BTreeSet<u32> = slots.iter().flatten().copied().collect();
+    let mut new = wanted.iter().filter(|id| !placed.contains(id)).copied();
+    for slot in slots.iter_mut().filter(|s| s.is_none()) {
+        *slot = new.next();
+    }
+    slots.extend(new.map(Some));
+    // Holes left: fill each from the end.
+    let mut i = 0;
+    while i < slots.len() {
+        if slots[i].is_none() {
+            while slots.last() == Some(&None) {
+                slots.pop();
+            }
+            if i < slots.len() {
+                slots[i] = slots.pop().flatten();
+            }
+        }
+        i += 1;
+    }
+    slots.into_iter().flatten().collect()
+}
+
+/// Hands out ids not in `used`, lowest first: one pass over the ids for a
+/// whole sync, however many it allocates.
+struct Ids<'a> {
+    used: &'a mut BTreeSet<u32>,
+    cursor: u32,
+}
+
+impl Ids<'_> {
+    fn next(&mut self) -> u32 {
+        loop {
+            self.cursor += 1;
+            if self.used.insert(self.cursor) {
+                return self.cursor;
+            }
+        }
+    }
+}
+
+impl ServiceTables {
+    /// Reads the kernel's tables before the next sync.
+    pub fn forget(&mut self) {
+        self.current = None;
+    }
+
+    /// Makes the tables hold exactly `view`. On an error the tables hold a
+    /// mix of before and after that is still consistent per frontend, and
+    /// the next sync reads them again.
+    pub fn sync(&mut self, pin_dir: &Path, view: &ServicesView) -> Result<ServicesState> {
+        let result = self.sync_inner(pin_dir, view);
+        if result.is_err() {
+            self.current = None;
+        }
+        result
+    }
+
+    fn sync_inner(&mut self, pin_dir: &Path, view: &ServicesView) -> Result<ServicesState> {
+        let mut tables = Tables::open(pin_dir)?;
+        let started = Instant::now();
+        if self.current.is_none() {
+            self.current = Some(tables.read()?);
+        }
+        let read_micros = started.elapsed().as_micros() as u64;
+        let current = self.current.as_mut().expect("read above");
+        let started = Instant::now();
+        let mut stats = SyncStats { entries: view.frontends.len(), read_micros, ..SyncStats::default() };
+
+        // Backends: ids kept, new ones given the lowest free id, written first.
+        let mut used: BTreeSet<u32> = current.backends.values().copied().collect();
+        let mut backend_ids = Ids { used: &mut used, cursor: 0 };
+        let mut wanted_backends: BTreeSet<BackendAddr> = BTreeSet::new();
+        for frontend in &view.frontends {
+            for b in &frontend.backends {
+                let addr = (b.ip, b.port, frontend.address.protocol.number());
+                wanted_backends.insert(addr);
+                if let std::collections::btree_map::Entry::Vacant(slot) = current.backends.entry(addr) {
+                    let id = backend_ids.next();
+                    tables
+                        .backends
+                        .insert(id, l4(addr.0, addr.1, addr.2), 0)
+                        .with_context(|| format!("adding backend [{}]:{}", addr.0, addr.1))?;
+                    slot.insert(id);
+                }
+            }
+        }
+
+        // Frontends: address for replies, slots, then slot 0.
+        let mut used_frontends: BTreeSet<u32> = current.frontends.values().map(|w| w.id).filter(|id| *id != 0).collect();
+        let mut frontend_ids = Ids { used: &mut used_frontends, cursor: 0 };
+        let mut states = Vec::with_capacity(view.frontends.len());
+        for frontend in &view.frontends {
+            let address = frontend.address;
+            let proto = address.protocol.number();
+            let old = current.frontends.get(&address).cloned();
+            let id = match old.as_ref().map(|w| w.id).filter(|id| *id != 0) {
+                Some(id) => id,
+                None => {
+                    let id = frontend_ids.next();
+                    tables
+                        .frontends
+                        .insert(id, l4(address.ip, address.port, proto), 0)
+                        .with_context(|| format!("adding frontend {address}"))?;
+                    id
+                }
+            };
+            let wanted: BTreeSet<u32> = frontend.backends.iter().map(|b| current.backends[&(b.ip, b.port, proto)]).collect();
+            let old_slots = old.as_ref().map(|w| w.slots.clone()).unwrap_or_default();
+            let slots = place(&old_slots, &wanted);
+            let next = Written {
+                id,
+                flags: if frontend.affinity_seconds.is_some() { SERVICE_AFFINITY as u16 } else { 0 },
+                affinity_seconds: frontend.affinity_seconds.unwrap_or(0),
+                slots: slots.clone(),
+            };
+            if old.as_ref() != Some(&next) {
+                write_frontend(&mut tables, frontend, &old_slots, &next)?;
+                match old {
+                    Some(_) => stats.updated += 1,
+                    None => stats.inserted += 1,
+                }
+                current.frontends.insert(address, next);
+            }
+            states.push(frontend_state(id, frontend));
+        }
+
+        // Stale frontends: slot 0 first (new connections stop), then the rest.
+        let wanted_addresses: BTreeSet<Address> = view.frontends.iter().map(|f| f.address).collect();
+        let stale: Vec<Address> = current.frontends.keys().filter(|a| !wanted_addresses.contains(a)).copied().collect();
+        for address in stale {
+            let written = current.frontends.remove(&address).expect("listed above");
+            remove(&mut tables.services, &key(&address, 0))?;
+            for slot in 1..=written.slots.len() {
+                remove(&mut tables.services, &key(&address, slot as u16))?;
+            }
+            if written.id != 0 {
+                remove(&mut tables.frontends, &written.id)?;
+                let _ = tables.stats.remove(&written.id);
+            }
+            stats.removed += 1;
+        }
+        // Backends no frontend names any more.
+        let stale: Vec<BackendAddr> = current.backends.keys().filter(|b| !wanted_backends.contains(b)).copied().collect();
+        for addr in stale {
+            let id = current.backends.remove(&addr).expect("listed above");
+            remove(&mut tables.backends, &id)?;
+        }
+        stats.write_micros = started.elapsed().as_micros() as u64;
+        Ok(ServicesState {
+            frontends: states,
+            backends: current.backends.len(),
+            problems: view.problems.clone(),
+            sync: stats,
+            error: None,
+        })
+    }
+}
+
+/// One frontend: changed slots, then slot 0, then slots past the new count.
+fn write_frontend(tables: &mut Tables, frontend: &Frontend, old_slots: &[u32], next: &Written) -> Result<()> {
+    let address = &frontend.address;
+    for (i, backend_id) in next.slots.iter().enumerate() {
+        if old_slots.get(i) == Some(backend_id) {
+            continue;
+        }
+        let value = ServiceValue { backend_id: *backend_id, id: next.id, ..ServiceValue::default() };
+        tables
+            .services
+            .insert(key(address, i as u16 + 1), value, 0)
+            .with_context(|| format!("writing {address} slot {}", i + 1))?;
+    }
+    let head = ServiceValue {
+        backend_id: 0,
+        id: next.id,
+        count: next.slots.len() as u16,
+        flags: next.flags,
+        affinity_seconds: next.affinity_seconds,
+    };
+    tables.services.insert(key(address, 0), head, 0).with_context(|| format!("writing {address} ({})", frontend.service))?;
+    for slot in next.slots.len() + 1..=old_slots.len() {
+        remove(&mut tables.services, &key(address, slot as u16))?;
+    }
+    Ok(())
+}
+
+fn remove<K: aya::Pod, V: aya::Pod>(map: &mut BpfHashMap<MapData, K, V>, key: &K) -> Result<()> {
+    match map.remove(key) {
+        Ok(()) => Ok(()),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(e).context("removing a stale service table entry"),
+    }
+}
+
+/// Per frontend id: sockets given a backend, connections refused (summed
+/// over CPUs), read live from v6n_service_stats.
+pub fn stats(pin_dir: &Path) -> Result<BTreeMap<u32, (u64, u64)>> {
+    let map: PerCpuHashMap<MapData, u32, ServiceStats> = bpf::open_pinned_map(pin_dir, maps::SERVICE_STATS)?;
+    let mut totals = BTreeMap::new();
+    for entry in map.iter() {
+        let (id, per_cpu) = entry.context("reading v6n_service_stats")?;
+        let sum = per_cpu.iter().fold((0, 0), |(t, r), s| (t + s.translated, r + s.refused));
+        totals.insert(id, sum);
+    }
+    Ok(totals)
+}
+
+fn frontend_state(id: u32, frontend: &Frontend) -> FrontendState {
+    FrontendState {
+        id,
+        address: frontend.address,
+        service: frontend.service.clone(),
+        port_name: frontend.port_name.clone(),
+        kind: frontend.kind,
+        backends: frontend
+            .backends
+            .iter()
+            .map(|b| format!("[{}]:{}{}", b.ip, b.port, if b.terminating { " (terminating)" } else { "" }))
+            .collect(),
+        affinity_seconds: frontend.affinity_seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[u32]) -> BTreeSet<u32> {
+        v.iter().copied().collect()
+    }
+
+    #[test]
+    fn staying_backends_keep_their_slots_and_new_ones_fill_the_gaps() {
+        assert_eq!(place(&[], &ids(&[3, 1, 2])), vec![1, 2, 3]);
+        assert_eq!(place(&[1, 2, 3], &ids(&[1, 2, 3])), vec![1, 2, 3]);
+        // 2 leaves, 9 arrives: 9 takes slot 2.
+        assert_eq!(place(&[1, 2, 3], &ids(&[1, 3, 9])), vec![1, 9, 3]);
+        // 1 leaves, nothing arrives: the last moves into slot 1.
+        assert_eq!(place(&[1, 2, 3], &ids(&[2, 3])), vec![3, 2]);
+        // the last leaves: nothing moves.
+        assert_eq!(place(&[1, 2, 3], &ids(&[1, 2])), vec![1, 2]);
+        assert_eq!(place(&[1, 2, 3, 4], &ids(&[4])), vec![4]);
+        assert_eq!(place(&[1, 2, 3], &ids(&[])), Vec::<u32>::new());
+        assert_eq!(place(&[5, 6], &ids(&[5, 6, 7, 8])), vec![5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn a_hole_from_an_interrupted_sync_is_filled() {
+        assert_eq!(place(&[1, 0, 3], &ids(&[1, 3])), vec![1, 3]);
+    }
+}

@@ -1,0 +1,344 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Kubernetes Services without kube-proxy: the agent follows a real API server
+# (tests/e2e/control-plane.bash) and gives sockets in its cgroup a Service's
+# backends (bpf/sock.bpf.c). Pods are namespaces behind node-a; every client
+# runs in the test's own cgroup v2 directory, where the agent's
+# services.cgroup points:
+#
+#   cp (fd00:9::1: API server) --wire-- node-a (fd00:9::a, the agent)
+#                                         |-- pod-1 fd00:10:244:a::11  HTTP :8080, UDP :5353
+#                                         |-- pod-2 fd00:10:244:a::12  HTTP :8080, UDP :5353
+#                                         `-- pod-c fd00:10:244:a::20  the client
+#
+# Services and EndpointSlices are made with kubectl (selector-less, so the
+# slices are the test's to write); what the agent does is read off replies
+# (which pod answered, from which address), curl's exit codes, status --json
+# and bpftool.
+#
+#   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/services.sh
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+. "$top/scripts/lib.sh"
+. "$top/tests/lib.sh"
+. "$here/agent.bash"
+
+id=v6s$$
+gw_ns=$id-cp node=$id-a
+gateway_pod_prefix=fd00:10:244::/56
+pods=(pod-1 pod-2 pod-c)
+declare -A pod_ip=([pod-1]=fd00:10:244:a::11 [pod-2]=fd00:10:244:a::12 [pod-c]=fd00:10:244:a::20)
+. "$top/tests/e2e/control-plane.bash"
+work=$(mktemp -d)
+root=$work/root
+cgroup2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+cg=$cgroup2/$id
+export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root V6NODE_CNI_CONF_DIR=$work/cni
+agent_pid=
+vip=fd00:10:96::80
+kube_vip=fd00:10:96::1
+
+cleanup() {
+    ((tap_failed == 0)) || tail -n 40 "$work/agent.log" | sed 's/^/# agent: /'
+    [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
+    jobs -p | xargs -r kill 2>/dev/null
+    control_plane_down
+    wait 2>/dev/null
+    nsenter --net="/run/netns/$node" "$bin" detach --force >/dev/null 2>&1
+    for ns in "$node" "$gw_ns" "${pods[@]/#/$id-}"; do ip netns del "$ns" 2>/dev/null; done
+    rmdir "$cg" 2>/dev/null
+    rm -rf "$V6NODE_PIN_DIR" "$work"
+}
+trap cleanup EXIT
+
+[[ -n "$cgroup2" ]] || { echo "1..0 # SKIP no cgroup v2 hierarchy mounted"; exit 0; }
+echo "# building the test control plane (warm Go caches: seconds)"
+"$top/scripts/build-kubernetes" --control-plane >"$work/build.log" 2>&1 ||
+    { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
+
+in_node() { nsenter --net="/run/netns/$node" "$@"; }
+# in_cgroup NETNS COMMAND...: a client as a pod's (or the node's) process,
+# in the cgroup the agent's socket hooks are attached to.
+in_cgroup() {
+    local ns=$1
+    shift
+    bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" nsenter --net="/run/netns/$ns" "$@"
+}
+from_pod() { in_cgroup "$id-pod-c" "$@"; }
+
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+mkdir -p "$cg"
+for ns in "$gw_ns" "$node" "${pods[@]/#/$id-}"; do
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -q -w net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.accept_dad=0
+done
+ip -n "$gw_ns" link add wire type bridge
+ip -n "$gw_ns" address add "$cp_api/64" dev wire nodad
+ip -n "$gw_ns" link set wire up
+ip -n "$gw_ns" link add port-a type veth peer name eth0 netns "$node"
+ip -n "$gw_ns" link set port-a master wire up
+ip -n "$gw_ns" route add fd00:10:244:a::/64 via fd00:9::a
+ip -n "$node" address add fd00:9::a/64 dev eth0 nodad
+ip -n "$node" link set eth0 up
+for pod in "${pods[@]}"; do
+    ip -n "$node" link add "$pod" type veth peer name eth0 netns "$id-$pod"
+    ip -n "$node" address add fe80::1/64 dev "$pod" nodad
+    ip -n "$node" link set "$pod" up
+    ip -n "$node" route add "${pod_ip[$pod]}/128" dev "$pod"
+    ip -n "$id-$pod" address add "${pod_ip[$pod]}/128" dev eth0 nodad
+    ip -n "$id-$pod" link set eth0 up
+    ip -n "$id-$pod" route add default via fe80::1 dev eth0
+done
+
+# Each backend pod answers HTTP on 8080 and UDP on 5353 with its own name.
+cat >"$work/pod.py" <<'PY'
+import http.server, socket, sys, threading
+name, addr = sys.argv[1], sys.argv[2]
+def udp():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.bind((addr, 5353))
+    while True:
+        data, peer = s.recvfrom(512)
+        s.sendto(name.encode() + b" " + data, peer)
+threading.Thread(target=udp, daemon=True).start()
+class Name(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (name + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+class Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+Server((addr, 8080), Name).serve_forever()
+PY
+# A UDP client as a resolver is one: sends, prints the reply and who it came from.
+cat >"$work/udp.py" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.settimeout(2)
+s.sendto(b"query", (sys.argv[1], int(sys.argv[2])))
+data, peer = s.recvfrom(512)
+print(data.decode(), "from", "[%s]:%d" % peer[:2])
+PY
+for pod in pod-1 pod-2; do
+    ip netns exec "$id-$pod" python3 "$work/pod.py" "$pod" "${pod_ip[$pod]}" &
+done
+
+mkdir -p "$root/usr/lib/v6node" "$work/state"
+cat >"$root/usr/lib/v6node/dataplane.toml" <<EOF
+[services]
+cgroup = "$cg"
+[attach]
+devices = []
+[bigtcp]
+devices = []
+[kubernetes]
+kubeconfig = "$work/dataplane.conf"
+node_name = "node-a"
+[metrics]
+listen = "unix:$work/metrics.sock"
+EOF
+
+agent_start() {
+    bash -c 'exec "$@"' _ nsenter --net="/run/netns/$node" \
+        setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >>"$work/agent.log" 2>&1 &
+    agent_pid=$!
+    retry 20 in_node "$bin" status --json >/dev/null 2>&1
+}
+agent_stop() { kill -TERM "$agent_pid"; wait "$agent_pid"; agent_pid=; }
+jq_status() { in_node "$bin" status --json | jq -r "$@"; }
+# get [ADDRESS]:PORT: one HTTP request from pod-c; prints the pod that answered.
+get() { from_pod curl -sS -m 3 "http://$1/"; }
+# within_ms LIMIT COMMAND...: polls every 20 ms; prints how long COMMAND took to hold.
+within_ms() {
+    local limit=$1 started now
+    shift
+    started=$(date +%s%N)
+    while :; do
+        "$@" && break
+        now=$(date +%s%N)
+        (((now - started) / 1000000 < limit)) || { echo "$limit+"; return 1; }
+        sleep 0.02
+    done
+    echo $((($(date +%s%N) - started) / 1000000))
+}
+frontend_backends() { # frontend_backends "[addr]:port/tcp": its backends, space separated
+    jq_status --arg f "$1" '.services.frontends[] | select("[\(.address.ip)]:\(.address.port)/\(.address.protocol)" == $f) | .backends | join(" ")'
+}
+
+control_plane_up "$work/cp" >"$work/cp.log" 2>&1 || { cat "$work/cp.log"; echo "Bail out! control plane did not start"; exit 1; }
+cp "$work/cp/etc/pki/ca.crt" "$work/ca.crt"
+dataplane_identity >"$work/token" || { echo "Bail out! no token for the dataplane's ServiceAccount"; exit 1; }
+dataplane_kubeconfig "$work/ca.crt" "$work/token" >"$work/dataplane.conf"
+make_node node-a fd00:9::a fd00:10:244:a::/64
+agent_start
+
+# --- the hooks, and the API server's own Service ----------------------------
+hooks_attached() {
+    [[ "$(jq_status '[.socket_hooks[] | select(.error == null)] | length')" == 4 ]] &&
+        bpftool cgroup show "$cg" | grep -c 'v6n_sock_' | grep -qx 4
+}
+pass_if "the agent attaches its 4 socket hooks to services.cgroup (status and bpftool agree)" retry 10 hooks_attached
+kubernetes_served() { frontend_backends "[$kube_vip]:443/tcp" | grep -qx "\[$cp_api\]:6443"; }
+pass_if "default/kubernetes: ClusterIP [$kube_vip]:443 -> the API server [$cp_api]:6443" retry 20 kubernetes_served
+api_through_service() {
+    code=$(from_pod curl -sk -m 5 -o /dev/null -w '%{http_code}' "https://[$kube_vip]/version")
+    [[ "$code" =~ ^(200|401|403)$ ]] || { echo "HTTP $code"; return 1; }
+}
+pass_if "a pod reaches kubernetes.default through its ClusterIP (TLS to the API server)" api_through_service
+outside_untranslated() { ! in_node curl -s -m 2 -o /dev/null "http://[$vip]/" 2>/dev/null; }
+
+# --- a multiport Service: HTTP, and DNS-like UDP and TCP on one port number -----
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: web, namespace: default }
+spec:
+  clusterIP: "$vip"
+  clusterIPs: ["$vip"]
+  ipFamilies: [IPv6]
+  ports:
+    - { name: http, port: 80, targetPort: 8080, protocol: TCP }
+    - { name: dns, port: 53, targetPort: 5353, protocol: UDP }
+    - { name: dns-tcp, port: 53, targetPort: 8080, protocol: TCP }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels: { kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv6
+ports:
+  - { name: http, port: 8080, protocol: TCP }
+  - { name: dns, port: 5353, protocol: UDP }
+  - { name: dns-tcp, port: 8080, protocol: TCP }
+endpoints:
+  - { addresses: ["${pod_ip[pod-1]}"], nodeName: node-a, conditions: { ready: true } }
+  - { addresses: ["${pod_ip[pod-2]}"], nodeName: node-a, conditions: { ready: true } }
+EOF
+both_backends() { [[ "$(frontend_backends "[$vip]:80/tcp")" == "[${pod_ip[pod-1]}]:8080 [${pod_ip[pod-2]}]:8080" ]]; }
+synced_ms=$(within_ms 5000 both_backends)
+pass_if "web's frontend and both backends are in the tables ${synced_ms} ms after kubectl returned (under 1 s)" \
+    test "${synced_ms%+}" -lt 1000
+spread() {
+    local i out
+    out=$(for i in $(seq 40); do get "[$vip]:80"; done)
+    echo "$out" | sort | uniq -c | sed 's/^/# /'
+    [[ $(echo "$out" | grep -cx pod-1) -ge 5 && $(echo "$out" | grep -cx pod-2) -ge 5 ]]
+}
+pass_if "40 requests from a pod to the ClusterIP: both backends answer" spread
+from_node() { in_cgroup "$node" curl -sS -m 3 "http://[$vip]/" | grep -qx 'pod-[12]'; }
+pass_if "the node's own processes reach the ClusterIP too" from_node
+pass_if "a process outside services.cgroup is not translated (the hooks are what serves the VIP)" outside_untranslated
+udp_from_service() { from_pod python3 "$work/udp.py" "$vip" 53 | grep -E "^pod-[12] query from \[$vip\]:53$"; }
+pass_if "UDP to [VIP]:53 reaches a backend's 5353, and the reply comes from [VIP]:53" udp_from_service
+tcp_53() { get "[$vip]:53" | grep -qx 'pod-[12]'; }
+pass_if "TCP to the same port 53 is its own Service port (HTTP behind it)" tcp_53
+stats_counted() {
+    local translated
+    translated=$(jq_status --arg v "$vip" '(.services.frontends[] | select(.address.ip == $v and .address.port == 80 and .address.protocol == "tcp") | .id) as $id
+        | .services.stats[($id | tostring)][0]')
+    echo "# translated: $translated"
+    [[ "$translated" -ge 40 ]]
+}
+pass_if "status counts the connections per frontend (>= 40 translated on [VIP]:80)" stats_counted
+human_lists_web() { in_node "$bin" status | sed -n '/^services:/,/^$/p' | grep -q "default/web:http .*\[$vip\]:80/tcp .*\[${pod_ip[pod-1]}\]:8080"; }
+pass_if "status (human): the services section lists web:http with its frontend and backends" human_lists_web
+metric_for_web() {
+    curl -s --unix-socket "$work/metrics.sock" http://agent/metrics |
+        grep -E "^v6node_service_translated_total\{service=\"default/web\",port=\"http\",frontend=\"\[$vip\]:80/tcp\"\} [1-9]"
+}
+pass_if "metrics: v6node_service_translated_total for web:http" metric_for_web
+
+# --- an endpoint leaves under traffic ----------------------------------------
+(for i in $(seq 60); do get "[$vip]:80" || echo FAILED; sleep 0.05; done) >"$work/loop.log" 2>&1 &
+loop=$!
+sleep 1
+kc patch endpointslice web-1 --type=json -p '[{"op":"remove","path":"/endpoints/1"}]' >/dev/null
+one_backend() { [[ "$(frontend_backends "[$vip]:80/tcp")" == "[${pod_ip[pod-1]}]:8080" ]]; }
+removed_ms=$(within_ms 5000 one_backend)
+wait "$loop"
+pass_if "pod-2 leaves the slice: out of the tables ${removed_ms} ms after kubectl returned (under 1 s)" test "${removed_ms%+}" -lt 1000
+pass_if "60 requests across the change: none failed" bash -c "! grep -q FAILED '$work/loop.log' && test \$(wc -l <'$work/loop.log') = 60"
+only_pod1() { local i; for i in $(seq 20); do [[ "$(get "[$vip]:80")" == pod-1 ]] || return 1; done; }
+pass_if "new connections go only to pod-1" only_pod1
+
+# --- session affinity ---------------------------------------------------------
+kc patch endpointslice web-1 --type=json \
+    -p "[{\"op\":\"add\",\"path\":\"/endpoints/-\",\"value\":{\"addresses\":[\"${pod_ip[pod-2]}\"],\"nodeName\":\"node-a\",\"conditions\":{\"ready\":true}}}]" >/dev/null
+retry 20 both_backends
+kc patch service web --type=merge -p '{"spec":{"sessionAffinity":"ClientIP","sessionAffinityConfig":{"clientIP":{"timeoutSeconds":60}}}}' >/dev/null
+affinity_on() { [[ "$(jq_status --arg v "$vip" '.services.frontends[] | select(.address.ip == $v and .address.port == 80) | .affinity_seconds')" == 60 ]]; }
+retry 20 affinity_on
+sticky() {
+    local out
+    out=$(for i in $(seq 20); do get "[$vip]:80"; done | sort -u)
+    echo "# answered by: $out"
+    [[ $(echo "$out" | wc -l) == 1 ]]
+}
+pass_if "sessionAffinity ClientIP: 20 requests from one pod, one backend" sticky
+
+# --- no endpoints: refused at once, not a timeout ---------------------------------
+kc patch endpointslice web-1 --type=json -p '[{"op":"replace","path":"/endpoints","value":[]}]' >/dev/null
+no_backends() { [[ -z "$(frontend_backends "[$vip]:80/tcp")" ]]; }
+retry 20 no_backends
+refused_fast() {
+    local started rc
+    started=$(date +%s%N)
+    from_pod curl -s -m 5 -o /dev/null "http://[$vip]/"
+    rc=$?
+    echo "# curl exit $rc after $((($(date +%s%N) - started) / 1000000)) ms"
+    ((rc == 7 && $(date +%s%N) - started < 1000000000))
+}
+pass_if "a Service without endpoints refuses a connection at once (curl exit 7, connection refused)" refused_fast
+refused_counted() { jq_status '.counters[] | select(.reason == "service_without_backend") | .packets' | grep -qx '[1-9][0-9]*'; }
+pass_if "counted as service_without_backend" refused_counted
+
+# --- the agent restarts under a request loop --------------------------------------
+kc patch endpointslice web-1 --type=json \
+    -p "[{\"op\":\"replace\",\"path\":\"/endpoints\",\"value\":[{\"addresses\":[\"${pod_ip[pod-1]}\"],\"conditions\":{\"ready\":true}},{\"addresses\":[\"${pod_ip[pod-2]}\"],\"conditions\":{\"ready\":true}}]}]" >/dev/null
+retry 20 both_backends
+(for i in $(seq 100); do get "[$vip]:80" || echo FAILED; sleep 0.03; done) >"$work/restart.log" 2>&1 &
+loop=$!
+sleep 0.5
+agent_stop
+sleep 0.5
+agent_start
+wait "$loop"
+pass_if "100 requests across a restart of the agent: none failed ($(grep -c . "$work/restart.log") answered)" \
+    bash -c "! grep -q FAILED '$work/restart.log'"
+adopted() { [[ "$(jq_status '[.socket_hooks[] | select(.action == "adopted")] | length')" == 4 ]]; }
+pass_if "the restarted agent adopts the 4 hooks (same programs, links kept)" adopted
+
+# --- bad input --------------------------------------------------------------------
+kc apply -f - >/dev/null <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-v4
+  namespace: default
+  labels: { kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv4
+ports: [{ name: http, port: 8080, protocol: TCP }]
+endpoints: [{ addresses: ["192.0.2.7"], conditions: { ready: true } }]
+EOF
+ipv4_named() { jq_status '.services.problems[] | "\(.service): \(.reason)"' | grep -q 'default/web: EndpointSlice web-v4: IPv4 endpoints'; }
+pass_if "IPv4 endpoints are named in status and ignored" retry 20 ipv4_named
+pass_if "and the Service keeps its IPv6 backends" both_backends
+
+# --- the Service goes ---------------------------------------------------------------
+kc delete service web >/dev/null
+kc delete endpointslice web-1 web-v4 >/dev/null
+gone() { [[ -z "$(frontend_backends "[$vip]:80/tcp")" ]] && ! jq_status '.services.frontends[].address.ip' | grep -qx "$vip"; }
+pass_if "a deleted Service leaves the tables; only kubernetes.default stays" retry 20 gone
+untranslated_again() { ! from_pod curl -s -m 2 -o /dev/null "http://[$vip]/"; }
+pass_if "its ClusterIP no longer leads anywhere" untranslated_again
+
+agent_stop
+tap_done
