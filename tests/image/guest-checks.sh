@@ -168,6 +168,17 @@ dataplane_in_bpftool() {
         grep -q 'tcx/egress v6n_to_dev' <<<"$net"
 }
 
+service_hooks_on_root_cgroup() {
+    # Services for every process of the node (pods included): the four socket
+    # hooks on the root cgroup, as status and the kernel (bpftool) say.
+    local recorded attached
+    recorded=$(v6node-dataplane status --json | jq -c '[.socket_hooks[] | select(.error == null and .cgroup == "/sys/fs/cgroup") | .program]')
+    attached=$(bpftool cgroup show /sys/fs/cgroup | grep -oE 'v6n_sock_[a-z]+' | sort | tr '\n' ' ')
+    echo "status: $recorded; bpftool: $attached"
+    [[ "$recorded" == '["v6n_sock_connect","v6n_sock_sendmsg","v6n_sock_recvmsg","v6n_sock_peername"]' &&
+        "$attached" == "v6n_sock_connect v6n_sock_peername v6n_sock_recvmsg v6n_sock_sendmsg " ]]
+}
+
 dataplane_survives_sigkill() {
     # systemd restarts it (Restart=on-failure); the new agent adopts the pinned
     # links, so their ids stay.
@@ -594,6 +605,7 @@ default)
     pass_if "default route is IPv6, via the router" ipv6_default_route
     pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
     pass_if "bpftool lists the dataplane's programs and tcx links" dataplane_in_bpftool
+    pass_if "Service socket hooks (connect, sendmsg, recvmsg, getpeername) on the root cgroup" service_hooks_on_root_cgroup
     pass_if "dataplane logs carry journald priorities, no colour" dataplane_logs_for_journald
     pass_if "SIGKILL: systemd restarts the agent, which adopts the same links" dataplane_survives_sigkill
     pass_if "BIG TCP applied on $uplink by the agent, clamped to tso_max_size" bigtcp_on_uplink
