@@ -55,6 +55,9 @@ kubernetesVersion: "$("$cp_bin/kubeadm" version -o short)"
 clusterName: v6node-e2e
 controlPlaneEndpoint: "[$cp_api]:6443"
 certificatesDir: /etc/kubernetes/pki
+dns:
+  # scripts/build-coredns-image's name for kubeadm's CoreDNS version.
+  imageRepository: localhost/v6node
 networking:
   serviceSubnet: "$cp_service_subnet"
   podSubnet: "${cp_pod_subnet:-$gateway_pod_prefix}"
@@ -110,8 +113,11 @@ YAML
     [[ -n "$ready" ]] || { tail -n 20 "$cp_dir/kube-apiserver.log"; return 1; }
     # What kubeadm init does after the API server is up, minus the parts that
     # need a kubelet on this host (mark-control-plane, kubelet-finalize) and
-    # the addons' images (kube-proxy: the node routes pods in BPF; CoreDNS).
-    for phase in "upload-config kubeadm" "upload-config kubelet" "bootstrap-token"; do
+    # kube-proxy (the nodes' dataplane serves Services). CoreDNS only when
+    # asked (cp_addons=coredns): its pods need nodes, and its image on them.
+    local phases=("upload-config kubeadm" "upload-config kubelet" "bootstrap-token")
+    [[ " ${cp_addons:-} " != *" coredns "* ]] || phases+=("addon coredns")
+    for phase in "${phases[@]}"; do
         # shellcheck disable=SC2086
         cp_run "$cp_bin/kubeadm" init phase $phase --config "$cp_dir/kubeadm.yaml" \
             --kubeconfig /etc/kubernetes/admin.conf >>"$cp_dir/kubeadm.log" 2>&1 ||

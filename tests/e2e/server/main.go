@@ -8,11 +8,17 @@
 //	e2e-server get URL      prints the body of URL (name lookups through the
 //	                        pod's resolv.conf), for checks run with kubectl exec
 //	e2e-server udp ADDR     sends one datagram to ADDR, prints the answer
+//	e2e-server dial ADDR    opens a TCP connection to ADDR, prints "connected to
+//	                        PEER" (the peer as getpeername reports it), or why not
 //	e2e-server cat FILE     prints FILE (the node's routes, from a hostNetwork pod)
 //	e2e-server ping ADDR    ICMPv6 echo to ADDR over an unprivileged ping socket
 //	                        (the pod's ping_group_range), prints who answered
 //	e2e-server links NAME   prints "NAME KIND gso_max_size gro_max_size" for the
 //	                        pod's device NAME, from the kernel (rtnetlink)
+//	e2e-server bench URL SECONDS
+//	                        GETs URL for SECONDS, each request on a new TCP
+//	                        connection, one at a time; prints requests per
+//	                        second and the p50 and p99 latency (connect included)
 //	e2e-server stream URL   reads URL's body (e.g. /zero/BYTES of a server) and
 //	                        prints the bytes and the rate, discarding them
 package main
@@ -24,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -107,6 +114,14 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "no answer from", os.Args[2])
 		os.Exit(1)
+	case "dial":
+		conn, err := net.DialTimeout("tcp", os.Args[2], 5*time.Second)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("connected to %s\n", conn.RemoteAddr())
+		conn.Close()
 	case "ping":
 		if err := ping(os.Args[2]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -114,6 +129,16 @@ func main() {
 		}
 	case "links":
 		if err := link(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	case "bench":
+		seconds, err := strconv.ParseFloat(os.Args[3], 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench URL SECONDS:", err)
+			os.Exit(2)
+		}
+		if err := bench(os.Args[2], time.Duration(seconds*float64(time.Second))); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -143,6 +168,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// bench measures short connections: each request dials anew (no keep-alive),
+// the way a client without a connection pool talks to a Service.
+func bench(url string, duration time.Duration) error {
+	client := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var latencies []time.Duration
+	start := time.Now()
+	for time.Since(start) < duration {
+		begin := time.Now()
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		latencies = append(latencies, time.Since(begin))
+	}
+	elapsed := time.Since(start).Seconds()
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	at := func(q float64) float64 { return float64(latencies[int(q*float64(len(latencies)-1))].Microseconds()) }
+	fmt.Printf("%d requests in %.1f s: %.0f conn/s, p50 %.0f us, p99 %.0f us\n",
+		len(latencies), elapsed, float64(len(latencies))/elapsed, at(0.50), at(0.99))
+	return nil
 }
 
 // ping sends up to three ICMPv6 echo requests and returns once one is
