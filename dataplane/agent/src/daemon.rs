@@ -44,7 +44,10 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// A full reconcile now and then repairs what someone else removed.
 const RESYNC: Duration = Duration::from_secs(60);
 /// API changes arrive in bursts too (a rollout changes an EndpointSlice many
-/// times a second): the tables follow the last state of a burst.
+/// times a second): the tables follow the last state of a burst. A
+/// reconcile that took long (tens of thousands of endpoints) waits twice its
+/// own time before the next, so a long burst costs the agent at most a third
+/// of a CPU.
 const CLUSTER_SETTLE: Duration = Duration::from_millis(50);
 
 fn notify(states: &[NotifyState]) {
@@ -131,6 +134,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
     let mut settle_at: Option<TokioInstant> = None;
     let mut cluster_settle_at: Option<TokioInstant> = None;
+    let mut cluster_cost = Duration::ZERO;
     let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
 
     loop {
@@ -140,11 +144,13 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
                 cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
             }
             _ = async { match cluster_changes.as_mut() { Some(rx) => rx.changed().await.unwrap_or(()), None => pending().await } } => {
-                cluster_settle_at.get_or_insert_with(|| TokioInstant::now() + CLUSTER_SETTLE);
+                cluster_settle_at.get_or_insert_with(|| TokioInstant::now() + CLUSTER_SETTLE.max(cluster_cost * 2));
             }
             _ = async { match cluster_settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
                 cluster_settle_at = None;
+                let started = Instant::now();
                 daemon.reconcile_cluster().await;
+                cluster_cost = started.elapsed();
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,

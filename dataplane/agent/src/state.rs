@@ -84,7 +84,9 @@ pub fn now() -> u64 {
 }
 
 pub fn write(paths: &Paths, state: &State) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(state)?;
+    // Compact: with thousands of Services the file is rewritten on every
+    // sync, and indentation would be half of it (jq reads it either way).
+    let mut bytes = serde_json::to_vec(state)?;
     bytes.push(b'\n');
     files::write_atomic(&paths.state_file(), &bytes, None)
 }
