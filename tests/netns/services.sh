@@ -284,6 +284,24 @@ sticky() {
 }
 pass_if "sessionAffinity ClientIP: 20 requests from one pod, one backend" sticky
 
+# --- an EndpointSlice flapping many times a second -------------------------------
+# pod-2 turns unready and ready again 15 times (30 changes, as fast as kubectl
+# goes) under a request loop: nothing fails, and the tables end as the API says.
+(for i in $(seq 80); do get "[$vip]:80" || echo FAILED; sleep 0.02; done) >"$work/flap.log" 2>&1 &
+loop=$!
+flap_start=$(date +%s%N)
+for i in $(seq 15); do
+    for ready in false true; do
+        kc patch endpointslice web-1 --type=json \
+            -p "[{\"op\":\"replace\",\"path\":\"/endpoints/1/conditions/ready\",\"value\":$ready}]" >/dev/null
+    done
+done
+flap_ms=$((($(date +%s%N) - flap_start) / 1000000))
+wait "$loop"
+pass_if "30 EndpointSlice changes in ${flap_ms} ms under 80 requests: none failed" \
+    bash -c "! grep -q FAILED '$work/flap.log' && test \$(wc -l <'$work/flap.log') = 80"
+pass_if "after the flapping the tables hold both backends, as the API does" retry 10 both_backends
+
 # --- no endpoints: refused at once, not a timeout ---------------------------------
 kc patch endpointslice web-1 --type=json -p '[{"op":"replace","path":"/endpoints","value":[]}]' >/dev/null
 no_backends() { [[ -z "$(frontend_backends "[$vip]:80/tcp")" ]]; }
