@@ -60,12 +60,15 @@ test-e2e:
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
 ## agent against bpftool, the translator against plain forwarding and tayga,
 ## pod to pod on one node and across two (against the kernel's routing path
-## and a single veth pair), then the image's build and boot against stock.
+## and a single veth pair), a ClusterIP against kube-proxy (nftables and
+## iptables) and the pod's own address, then the image's build and boot
+## against stock.
 bench:
 	tests/bench/dataplane
 	tests/bench/nat64 5 3
 	tests/bench/pods
 	tests/bench/nodes
+	tests/bench/services
 	tests/bench/image
 
 clean:

@@ -15,10 +15,11 @@
 //	                        (the pod's ping_group_range), prints who answered
 //	e2e-server links NAME   prints "NAME KIND gso_max_size gro_max_size" for the
 //	                        pod's device NAME, from the kernel (rtnetlink)
-//	e2e-server bench URL SECONDS
+//	e2e-server bench URL SECONDS [SOURCE]
 //	                        GETs URL for SECONDS, each request on a new TCP
-//	                        connection, one at a time; prints requests per
-//	                        second and the p50 and p99 latency (connect included)
+//	                        connection (from SOURCE, an address, if given), one
+//	                        at a time; prints requests per second and the p50
+//	                        and p99 latency (connect included)
 //	e2e-server stream URL   reads URL's body (e.g. /zero/BYTES of a server) and
 //	                        prints the bytes and the rate, discarding them
 package main
@@ -38,8 +39,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-server serve ADDR | get URL | udp ADDR | cat FILE")
+	if len(os.Args) != 3 && !(len(os.Args) >= 4 && len(os.Args) <= 5 && os.Args[1] == "bench") {
+		fmt.Fprintln(os.Stderr, "usage: e2e-server serve ADDR | get URL | udp ADDR | dial ADDR | cat FILE | bench URL SECONDS | ...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -138,7 +139,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench URL SECONDS:", err)
 			os.Exit(2)
 		}
-		if err := bench(os.Args[2], time.Duration(seconds*float64(time.Second))); err != nil {
+		source := ""
+		if len(os.Args) == 5 {
+			source = os.Args[4]
+		}
+		if err := bench(os.Args[2], time.Duration(seconds*float64(time.Second)), source); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -172,8 +177,13 @@ func main() {
 
 // bench measures short connections: each request dials anew (no keep-alive),
 // the way a client without a connection pool talks to a Service.
-func bench(url string, duration time.Duration) error {
-	client := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+func bench(url string, duration time.Duration, source string) error {
+	dialer := &net.Dialer{}
+	if source != "" {
+		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(source)}
+	}
+	transport := &http.Transport{DisableKeepAlives: true, DialContext: dialer.DialContext}
+	client := http.Client{Timeout: 5 * time.Second, Transport: transport}
 	var latencies []time.Duration
 	start := time.Now()
 	for time.Since(start) < duration {
