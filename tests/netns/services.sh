@@ -57,7 +57,6 @@ echo "# building the test control plane (warm Go caches: seconds)"
 "$top/scripts/build-kubernetes" --control-plane >"$work/build.log" 2>&1 ||
     { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
 
-in_node() { nsenter --net="/run/netns/$node" "$@"; }
 # in_cgroup NETNS COMMAND...: a client as a pod's (or the node's) process,
 # in the cgroup the agent's socket hooks are attached to.
 in_cgroup() {
@@ -69,19 +68,9 @@ from_pod() { in_cgroup "$id-pod-c" "$@"; }
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mkdir -p "$cg"
-for ns in "$gw_ns" "$node" "${pods[@]/#/$id-}"; do
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -q -w net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.accept_dad=0
-done
-ip -n "$gw_ns" link add wire type bridge
-ip -n "$gw_ns" address add "$cp_api/64" dev wire nodad
-ip -n "$gw_ns" link set wire up
-ip -n "$gw_ns" link add port-a type veth peer name eth0 netns "$node"
-ip -n "$gw_ns" link set port-a master wire up
+control_plane_wire "$node" "${pods[@]/#/$id-}"
+wire_node "$node" fd00:9::a
 ip -n "$gw_ns" route add fd00:10:244:a::/64 via fd00:9::a
-ip -n "$node" address add fd00:9::a/64 dev eth0 nodad
-ip -n "$node" link set eth0 up
 for pod in "${pods[@]}"; do
     ip -n "$node" link add "$pod" type veth peer name eth0 netns "$id-$pod"
     ip -n "$node" address add fe80::1/64 dev "$pod" nodad
@@ -144,14 +133,6 @@ node_name = "node-a"
 listen = "unix:$work/metrics.sock"
 EOF
 
-agent_start() {
-    bash -c 'exec "$@"' _ nsenter --net="/run/netns/$node" \
-        setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >>"$work/agent.log" 2>&1 &
-    agent_pid=$!
-    retry 20 in_node "$bin" status --json >/dev/null 2>&1
-}
-agent_stop() { kill -TERM "$agent_pid"; wait "$agent_pid"; agent_pid=; }
-jq_status() { in_node "$bin" status --json | jq -r "$@"; }
 # get [ADDRESS]:PORT: one HTTP request from pod-c; prints the pod that answered.
 get() { from_pod curl -sS -m 3 "http://$1/"; }
 # within_ms LIMIT COMMAND...: polls every 20 ms; prints how long COMMAND took to hold.
@@ -168,7 +149,7 @@ within_ms() {
     echo $((($(date +%s%N) - started) / 1000000))
 }
 frontend_backends() { # frontend_backends "[addr]:port/tcp": its backends, space separated
-    jq_status --arg f "$1" '.services.frontends[] | select("[\(.address.ip)]:\(.address.port)/\(.address.protocol)" == $f) | .backends | join(" ")'
+    jq_status --arg f "$1" '.services.frontends[] | select("[\(.address.ip)]:\(.address.port)/\(.address.protocol)" == $f) | [.backends[] | "[\(.ip)]:\(.port)"] | join(" ")'
 }
 
 control_plane_up "$work/cp" >"$work/cp.log" 2>&1 || { cat "$work/cp.log"; echo "Bail out! control plane did not start"; exit 1; }

@@ -74,38 +74,36 @@ pub fn render(paths: &Paths, state: &State) -> String {
     }
     if let Some(services) = &state.services {
         let stats = crate::services::stats(&paths.pin_dir).unwrap_or_default();
-        for (name, help, pick) in [
+        // (name, help, type, the value from (translated, refused) and the backend count)
+        type Family = (&'static str, &'static str, &'static str, fn((u64, u64), usize) -> u64);
+        let families: [Family; 3] = [
             (
                 "v6node_service_translated_total",
                 "Sockets given a backend of a Service frontend, by service, port and frontend.",
-                0,
+                "counter",
+                |(translated, _), _| translated,
             ),
-            ("v6node_service_refused_total", "Connections to a Service frontend refused for want of a backend.", 1),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for f in &services.frontends {
-                let (translated, refused) = stats.get(&f.id).copied().unwrap_or_default();
+            (
+                "v6node_service_refused_total",
+                "Connections to a Service frontend refused for want of a backend.",
+                "counter",
+                |(_, refused), _| refused,
+            ),
+            ("v6node_service_backends", "Backends a Service frontend chooses from.", "gauge", |_, backends| backends as u64),
+        ];
+        for (name, help, kind, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for state in &services.frontends {
+                let f = &state.frontend;
                 let _ = writeln!(
                     out,
                     "{name}{{service=\"{}\",port=\"{}\",frontend=\"{}\"}} {}",
                     escape(&f.service),
                     escape(&f.port_name),
                     escape(&f.address.to_string()),
-                    if pick == 0 { translated } else { refused }
+                    value(stats.get(&state.id).copied().unwrap_or_default(), f.backends.len())
                 );
             }
-        }
-        let name = "v6node_service_backends";
-        let _ = writeln!(out, "# HELP {name} Backends a Service frontend chooses from.\n# TYPE {name} gauge");
-        for f in &services.frontends {
-            let _ = writeln!(
-                out,
-                "{name}{{service=\"{}\",port=\"{}\",frontend=\"{}\"}} {}",
-                escape(&f.service),
-                escape(&f.port_name),
-                escape(&f.address.to_string()),
-                f.backends.len()
-            );
         }
     }
     let name = "v6node_dataplane_bigtcp_gso_max_size_bytes";

@@ -20,7 +20,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{maps, L4Addr, ServiceKey, ServiceStats, ServiceValue, SERVICE_AFFINITY};
 use v6node_k8s::{
-    services::{Address, Frontend, FrontendKind, Protocol},
+    services::{Address, Frontend, Protocol},
     ServiceProblem, ServicesView,
 };
 
@@ -63,15 +63,12 @@ pub struct ServicesState {
     pub error: Option<String>,
 }
 
+/// A frontend as the view has it, with the id the tables gave it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FrontendState {
     pub id: u32,
-    pub address: Address,
-    pub service: String,
-    pub port_name: String,
-    pub kind: FrontendKind,
-    pub backends: Vec<String>,
-    pub affinity_seconds: Option<u32>,
+    #[serde(flatten)]
+    pub frontend: Frontend,
 }
 
 fn key(address: &Address, slot: u16) -> ServiceKey {
@@ -269,7 +266,7 @@ impl ServiceTables {
                 }
                 current.frontends.insert(address, next);
             }
-            states.push(frontend_state(id, frontend));
+            states.push(FrontendState { id, frontend: frontend.clone() });
         }
 
         // Stale frontends: slot 0 first (new connections stop), then the rest.
@@ -351,22 +348,6 @@ pub fn stats(pin_dir: &Path) -> Result<BTreeMap<u32, (u64, u64)>> {
         totals.insert(id, sum);
     }
     Ok(totals)
-}
-
-fn frontend_state(id: u32, frontend: &Frontend) -> FrontendState {
-    FrontendState {
-        id,
-        address: frontend.address,
-        service: frontend.service.clone(),
-        port_name: frontend.port_name.clone(),
-        kind: frontend.kind,
-        backends: frontend
-            .backends
-            .iter()
-            .map(|b| format!("[{}]:{}{}", b.ip, b.port, if b.terminating { " (terminating)" } else { "" }))
-            .collect(),
-        affinity_seconds: frontend.affinity_seconds,
-    }
 }
 
 #[cfg(test)]

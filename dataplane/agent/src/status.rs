@@ -387,14 +387,20 @@ fn services_section(out: &mut String, status: &Status) {
         .recorded
         .frontends
         .iter()
-        .map(|f| {
-            let (translated, refused) = services.stats.get(&f.id).copied().unwrap_or_default();
+        .map(|state| {
+            let (translated, refused) = services.stats.get(&state.id).copied().unwrap_or_default();
+            let f = &state.frontend;
             let name = if f.port_name.is_empty() { f.service.clone() } else { format!("{}:{}", f.service, f.port_name) };
+            let backends: Vec<String> = f
+                .backends
+                .iter()
+                .map(|b| format!("[{}]:{}{}", b.ip, b.port, if b.terminating { " (terminating)" } else { "" }))
+                .collect();
             vec![
                 name,
                 format!("{:?}", f.kind).to_lowercase(),
                 f.address.to_string(),
-                if f.backends.is_empty() { "none (refused)".into() } else { f.backends.join(" ") },
+                if backends.is_empty() { "none (refused)".into() } else { backends.join(" ") },
                 f.affinity_seconds.map_or("-".into(), |s| format!("{s}s")),
                 translated.to_string(),
                 refused.to_string(),
