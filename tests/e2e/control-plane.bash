@@ -172,6 +172,32 @@ make_node() {
             -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$ip\"}]}}" >/dev/null
 }
 
+# control_plane_wire NS...: for the namespace tests, namespace $gw_ns and the
+# given ones (loopback up, IPv6 forwarding on, no DAD), and in $gw_ns the
+# bridge "wire" carrying the API server's address, [$cp_api].
+control_plane_wire() {
+    local ns
+    for ns in "$gw_ns" "$@"; do
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        ip netns exec "$ns" sysctl -q -w net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.accept_dad=0
+    done
+    ip -n "$gw_ns" link add wire type bridge
+    ip -n "$gw_ns" address add "$cp_api/64" dev wire nodad
+    ip -n "$gw_ns" link set wire up
+}
+
+# wire_node NS ADDRESS: NS on the wire, its eth0 at ADDRESS/64 (a veth whose
+# other end, portN, is a port of the bridge).
+wire_ports=0
+wire_node() {
+    local ns=$1 address=$2 port=port$((wire_ports++))
+    ip -n "$gw_ns" link add "$port" type veth peer name eth0 netns "$ns"
+    ip -n "$gw_ns" link set "$port" master wire up
+    ip -n "$ns" address add "$address/64" dev eth0 nodad
+    ip -n "$ns" link set eth0 up
+}
+
 control_plane_down() {
     local pid
     for pid in "${cp_pids[@]}"; do kill "$pid" 2>/dev/null; done

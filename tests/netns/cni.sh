@@ -32,7 +32,6 @@ cleanup() {
     rm -rf "$V6NODE_PIN_DIR" "$work"
 }
 trap cleanup EXIT
-in_node() { nsenter --net="/run/netns/$node" "$@"; }
 in_remote() { nsenter --net="/run/netns/$remote" "$@"; }
 in_pod() { local pod=$1; shift; nsenter --net="/run/netns/$id-$pod" "$@"; }
 

@@ -34,7 +34,6 @@ trap cleanup EXIT
 
 # nsenter, not "ip netns exec": the latter remounts /sys and would hide the
 # host's bpffs, where the pins live.
-in_node() { nsenter --net="/run/netns/$node" "$@"; }
 in_peer() { nsenter --net="/run/netns/$peer" "$@"; }
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf

@@ -46,25 +46,12 @@ echo "# building the test control plane (warm Go caches: seconds)"
 "$top/scripts/build-kubernetes" --control-plane >"$work/build.log" 2>&1 ||
     { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
 
-in_node() { nsenter --net="/run/netns/$node" "$@"; }
 in_peer() { nsenter --net="/run/netns/$peer" "$@"; }
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-for ns in "$gw_ns" "$node" "$peer"; do
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -q -w net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.accept_dad=0
-done
-ip -n "$gw_ns" link add wire type bridge
-ip -n "$gw_ns" address add "$cp_api/64" dev wire nodad
-ip -n "$gw_ns" link set wire up
-for end in "$node:a" "$peer:b"; do
-    ns=${end%:*} host=${end#*:}
-    ip -n "$gw_ns" link add "port-$host" type veth peer name eth0 netns "$ns"
-    ip -n "$gw_ns" link set "port-$host" master wire up
-    ip -n "$ns" address add "fd00:9::$host/64" dev eth0 nodad
-    ip -n "$ns" link set eth0 up
-done
+control_plane_wire "$node" "$peer"
+wire_node "$node" fd00:9::a
+wire_node "$peer" fd00:9::b
 # node-b's pod, and its way back to node-a's pods (node-b runs no agent).
 ip -n "$peer" address add fd00:10:244:b::5/128 dev lo
 ip -n "$peer" route add fd00:10:244:a::/64 via fd00:9::a
@@ -82,15 +69,6 @@ kubeconfig = "$work/dataplane.conf"
 node_name = "node-a"
 EOF
 
-agent_start() {
-    bash -c 'exec "$@"' _ nsenter --net="/run/netns/$node" \
-        setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >>"$work/agent.log" 2>&1 &
-    agent_pid=$!
-    retry 20 in_node "$bin" status --json >/dev/null 2>&1
-}
-agent_stop() { kill -TERM "$agent_pid"; wait "$agent_pid"; agent_pid=; }
-status_json() { in_node "$bin" status --json; }
-jq_status() { status_json | jq -r "$@"; }
 # v6node's routes in node-a's main table, one "PREFIX via ADDRESS" a line.
 v6node_routes() { ip -n "$node" -6 route show table main proto 118 | awk '{ print $1, $2, $3 }' | sort; }
 routes_are() { # routes_are "PREFIX via ADDR" ...: exactly these, within 10 s
