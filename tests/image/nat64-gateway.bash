@@ -67,6 +67,8 @@ nat64_gateway_up() {
 
     mkdir -p "$out/gateway-root/usr/lib/v6node" "$out/www"
     cat >"$out/gateway-root/usr/lib/v6node/dataplane.toml" <<TOML
+[services]
+cgroup = ""
 [attach]
 devices = ["gwbr", "gw4"]
 [bigtcp]
