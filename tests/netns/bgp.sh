@@ -50,15 +50,8 @@ echo "# building the test control plane (warm Go caches: seconds)"
     { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-for ns in "$gw_ns" "${ns_of[@]}"; do
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -q -w net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.accept_dad=0
-done
-# Subnet 1 is a bridge (the API server's address is on it), subnet 2 a veth.
-ip -n "$gw_ns" link add wire type bridge
-ip -n "$gw_ns" address add "$cp_api/64" dev wire nodad
-ip -n "$gw_ns" link set wire up
+# Subnet 1 is the bridge with the API server's address, subnet 2 a veth.
+control_plane_wire "${ns_of[@]}"
 ip -n "$gw_ns" link add port-a type veth peer name eth0 netns "${ns_of[a]}"
 ip -n "$gw_ns" link set port-a master wire up
 ip -n "$gw_ns" link add subnet2 type veth peer name eth0 netns "${ns_of[b]}"
