@@ -19,8 +19,8 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use serde::{Deserialize, Serialize};
 
-/// Backends one frontend may have; more are clamped (abi.h's limit).
-pub const BACKENDS_PER_FRONTEND_MAX: usize = 4096;
+/// Backends one frontend may have; more are clamped. abi.h's limit.
+pub const BACKENDS_PER_FRONTEND_MAX: usize = v6node_abi::BACKENDS_PER_SERVICE_MAX as usize;
 /// kube-proxy's default for `sessionAffinityConfig.clientIP.timeoutSeconds`.
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
 
