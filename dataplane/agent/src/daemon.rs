@@ -32,7 +32,7 @@ use crate::{
     endpoints::Endpoints,
     files, logging, metrics, netdev,
     paths::Paths,
-    services::{ServiceTables, ServicesState},
+    services::ServiceTables,
     sockets,
     state::{self, Reload, State},
     tables,
@@ -343,34 +343,11 @@ impl Daemon {
         }
         let address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
         let Some(view) = cluster.services(address) else { return };
-        let next = match self.services.sync(&self.paths.pin_dir, &view) {
-            Ok(next) => next,
-            Err(e) => {
-                log::error!("syncing {} service frontend(s): {e:#}", view.frontends.len());
-                let previous = self.state.lock().expect("state lock").services.clone().unwrap_or_default();
-                ServicesState { error: Some(format!("{e:#}")), ..previous }
-            }
-        };
         let previous = self.state.lock().expect("state lock").services.clone();
-        if previous.as_ref() == Some(&next) {
-            return;
+        let next = self.services.apply(&self.paths.pin_dir, &view, previous.as_ref());
+        if previous.as_ref() != Some(&next) {
+            self.update(|s| s.services = Some(next));
         }
-        let sync = &next.sync;
-        if sync.inserted + sync.updated + sync.removed > 0 {
-            log::info!(
-                "services: {} frontend(s), {} backend(s) ({} added, {} changed, {} removed in {} µs)",
-                next.frontends.len(),
-                next.backends,
-                sync.inserted,
-                sync.updated,
-                sync.removed,
-                sync.write_micros
-            );
-        }
-        for problem in next.problems.iter().filter(|p| previous.as_ref().is_none_or(|s| !s.problems.contains(p))) {
-            log::warn!("service {}: {}", problem.service, problem.reason);
-        }
-        self.update(|s| s.services = Some(next));
     }
 
     /// bird's configuration from routing.* and the node's prefixes: its

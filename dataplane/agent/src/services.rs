@@ -189,10 +189,39 @@ impl ServiceTables {
         self.current = None;
     }
 
+    /// Syncs the tables to `view` and says what changed against `previous`
+    /// (the journal gets the counts and every new problem); a failed sync
+    /// keeps `previous` with the error, so `status` shows both.
+    pub fn apply(&mut self, pin_dir: &Path, view: &ServicesView, previous: Option<&ServicesState>) -> ServicesState {
+        let next = match self.sync(pin_dir, view) {
+            Ok(next) => next,
+            Err(e) => {
+                log::error!("syncing {} service frontend(s): {e:#}", view.frontends.len());
+                return ServicesState { error: Some(format!("{e:#}")), ..previous.cloned().unwrap_or_default() };
+            }
+        };
+        let sync = &next.sync;
+        if sync.inserted + sync.updated + sync.removed > 0 {
+            log::info!(
+                "services: {} frontend(s), {} backend(s) ({} added, {} changed, {} removed in {} µs)",
+                next.frontends.len(),
+                next.backends,
+                sync.inserted,
+                sync.updated,
+                sync.removed,
+                sync.write_micros
+            );
+        }
+        for problem in next.problems.iter().filter(|p| previous.is_none_or(|s| !s.problems.contains(p))) {
+            log::warn!("service {}: {}", problem.service, problem.reason);
+        }
+        next
+    }
+
     /// Makes the tables hold exactly `view`. On an error the tables hold a
     /// mix of before and after that is still consistent per frontend, and
     /// the next sync reads them again.
-    pub fn sync(&mut self, pin_dir: &Path, view: &ServicesView) -> Result<ServicesState> {
+    fn sync(&mut self, pin_dir: &Path, view: &ServicesView) -> Result<ServicesState> {
         let result = self.sync_inner(pin_dir, view);
         if result.is_err() {
             self.current = None;
