@@ -14,7 +14,7 @@
 # Services and EndpointSlices are made with kubectl (selector-less, so the
 # slices are the test's to write); what the agent does is read off replies
 # (which pod answered, from which address), curl's exit codes, status --json
-# and bpftool.
+# and bpftool. A pod made by v6node-cni with port mappings checks hostPorts.
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/services.sh
 set -uo pipefail
@@ -298,6 +298,51 @@ refused_fast() {
 pass_if "a Service without endpoints refuses a connection at once (curl exit 7, connection refused)" refused_fast
 refused_counted() { jq_status '.counters[] | select(.reason == "service_without_backend") | .packets' | grep -qx '[1-9][0-9]*'; }
 pass_if "counted as service_without_backend" refused_counted
+
+# --- hostPorts: a pod made by v6node-cni with the runtime's port mappings ----------
+cni_bin=$(dirname "$bin")/v6node-cni
+ip netns add "$id-pod-h" && ip -n "$id-pod-h" link set lo up && pods+=(pod-h)
+# cni_pod_h COMMAND MAPPINGS: the runtime's call for pod-h, the conflist's
+# plugin with runtimeConfig.portMappings as containerd passes them.
+cni_pod_h() {
+    jq -c --arg data "$work/ipam" --argjson mappings "$2" \
+        '.plugins[0] + {cniVersion: (.cniVersions | max), name, dataDir: $data, runtimeConfig: {portMappings: $mappings}}' \
+        "$V6NODE_CNI_CONF_DIR/10-v6node.conflist" |
+        nsenter --net="/run/netns/$node" env -i PATH="$PATH" CNI_COMMAND="$1" CNI_CONTAINERID=ctr-pod-h \
+            CNI_NETNS="/run/netns/$id-pod-h" CNI_IFNAME=eth0 CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod-h" \
+            "$cni_bin"
+}
+sctp_refused() {
+    local answer devices_before
+    devices_before=$(ip -n "$node" -o link | wc -l)
+    answer=$(cni_pod_h ADD '[{"hostPort": 54325, "containerPort": 8080, "protocol": "sctp"}]')
+    echo "# $answer"
+    jq -e '.code == 7 and (.details | contains("sctp is not served"))' <<<"$answer" >/dev/null &&
+        [[ "$(ip -n "$node" -o link | wc -l)" == "$devices_before" ]]
+}
+pass_if "an SCTP hostPort: CNI ADD fails with error 7 naming it, and no device is made" sctp_refused
+cni_pod_h ADD '[{"hostPort": 54323, "containerPort": 8080, "protocol": "tcp", "hostIP": "::1"},
+    {"hostPort": 54324, "containerPort": 5353, "protocol": "udp"}]' >"$work/pod-h.json"
+pod_h=$(jq -r '.ips[0].address | sub("/128$"; "")' "$work/pod-h.json")
+ip netns exec "$id-pod-h" python3 "$work/pod.py" pod-h "$pod_h" &
+host_ports_listed() {
+    [[ "$(frontend_backends "[::1]:54323/tcp")" == "[$pod_h]:8080" &&
+        "$(frontend_backends "[fd00:9::a]:54324/udp")" == "[$pod_h]:5353" &&
+        "$(frontend_backends "[::1]:54324/udp")" == "[$pod_h]:5353" &&
+        -z "$(frontend_backends "[fd00:9::a]:54323/tcp")" ]] &&
+        jq_status '.services.frontends[] | select(.kind == "host-port") | .service' | grep -qx default/pod-h
+}
+pass_if "pod-h ($pod_h) added with 2 port mappings: status has [::1]:54323/tcp, and 54324/udp on the node address and ::1" \
+    retry 10 host_ports_listed
+host_port_from_node() { in_cgroup "$node" curl -sS -m 3 "http://[::1]:54323/" | grep -qx pod-h; }
+pass_if "the node's processes reach hostPort [::1]:54323 (hostIP ::1): pod-h answers" retry 5 host_port_from_node
+only_its_host_ip() { in_cgroup "$node" curl -s -m 3 -o /dev/null "http://[fd00:9::a]:54323/"; [[ $? == 7 ]]; }
+pass_if "54323 is not served on the node's other address (its hostIP is ::1)" only_its_host_ip
+udp_host_port() { from_pod python3 "$work/udp.py" fd00:9::a 54324 | grep -E '^pod-h query from \[fd00:9::a\]:54324$'; }
+pass_if "another pod -> UDP hostPort 54324 on the node's address (no hostIP: every address): pod-h answers from it" udp_host_port
+cni_pod_h DEL '[]' >/dev/null
+host_ports_gone() { ! jq_status '.services.frontends[].kind' | grep -qx host-port; }
+pass_if "CNI DEL: pod-h's hostPorts leave the tables" retry 10 host_ports_gone
 
 # --- the agent restarts under a request loop --------------------------------------
 kc patch endpointslice web-1 --type=json \

@@ -76,10 +76,10 @@ impl Cluster {
         self.watch.subscribe()
     }
 
-    /// The Services this node serves, NodePorts on its `address`; `None`
-    /// until Services and EndpointSlices were listed once.
-    pub fn services(&self, address: Option<Ipv6Addr>) -> Option<ServicesView> {
-        self.watch.services(&address.into_iter().collect::<Vec<_>>())
+    /// The Services this node serves (NodePorts on every Node's address);
+    /// `None` until Nodes, Services and EndpointSlices were listed once.
+    pub fn services(&self) -> Option<ServicesView> {
+        self.watch.services()
     }
 
     /// Brings v6node's routes in line with the view. Before the first

@@ -341,8 +341,9 @@ impl Daemon {
         if self.loaded.config.services.cgroup.is_none() {
             return;
         }
-        let address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
-        let Some(view) = cluster.services(address) else { return };
+        let Some(mut view) = cluster.services() else { return };
+        let node_address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
+        view.add_host_ports(self.endpoints.host_ports(node_address.as_slice()));
         let previous = self.state.lock().expect("state lock").services.clone();
         let next = self.services.apply(&self.paths.pin_dir, &view, previous.as_ref());
         if previous.as_ref() != Some(&next) {

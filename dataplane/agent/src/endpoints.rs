@@ -12,6 +12,7 @@ use futures::TryStreamExt;
 use rtnetlink::{packet_route::link::LinkAttribute, Handle};
 use v6node_abi::{maps, EndpointKey, EndpointValue, ENDPOINT_NETKIT};
 use v6node_api::{format_mac, Endpoint, EndpointState, PodDevice};
+use v6node_k8s::services::{Address, Backend, HostPort};
 
 use crate::{
     attach::{AttachPoint, Target, Wanted},
@@ -108,6 +109,30 @@ impl Endpoints {
                 wanted.insert((state.endpoint.host_device.clone(), direction), target);
             }
         }
+    }
+
+    /// The hostPorts of this node's pods. A mapping without an address is
+    /// served on each of `node_addresses` and on ::1, as the portmap plugin
+    /// serves it on every local address.
+    pub fn host_ports(&self, node_addresses: &[Ipv6Addr]) -> Vec<HostPort> {
+        let mut all = node_addresses.to_vec();
+        all.push(Ipv6Addr::LOCALHOST);
+        let mut ports = Vec::new();
+        for state in self.records.values() {
+            let endpoint = &state.endpoint;
+            let pod = endpoint.pod.clone().unwrap_or_else(|| endpoint.container_id.clone());
+            for mapping in &endpoint.port_mappings {
+                let addresses = mapping.host_ip.map_or_else(|| all.clone(), |ip| vec![ip]);
+                for ip in addresses {
+                    ports.push(HostPort {
+                        pod: pod.clone(),
+                        address: Address { ip, port: mapping.host_port, protocol: mapping.protocol },
+                        backend: Backend { ip: endpoint.address, port: mapping.container_port, terminating: false },
+                    });
+                }
+            }
+        }
+        ports
     }
 
     /// Host-side devices with their indexes, for BIG TCP.

@@ -83,6 +83,9 @@ pub fn write_cni_conflist(paths: &Paths, config: &Config) -> Result<Option<PathB
             "podCIDR": prefix.to_string(),
             "device": config.pods.device.as_str(),
             "agentSocket": paths.endpoints_socket(),
+            // hostPorts come as runtimeConfig.portMappings; the service
+            // tables serve them.
+            "capabilities": { "portMappings": true },
         }],
     });
     let mut text = serde_json::to_vec_pretty(&conflist)?;

@@ -43,6 +43,41 @@ impl PodDevice {
     }
 }
 
+/// A transport protocol the node translates ports of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    /// The IP protocol number the socket hooks compare.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// A pod's hostPort, as the runtime hands it to CNI (`portMappings`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMapping {
+    pub host_port: u16,
+    pub container_port: u16,
+    pub protocol: Protocol,
+    /// Only this node address; `None`: every address of the node, and ::1.
+    pub host_ip: Option<Ipv6Addr>,
+}
+
 /// What the CNI plugin knows about a pod when it asks for it to be routed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Endpoint {
@@ -59,6 +94,9 @@ pub struct Endpoint {
     /// The pod side, still in the host's namespace while the agent sets its
     /// BIG TCP sizes; the plugin moves it into the pod afterwards.
     pub peer_device: String,
+    /// The pod's hostPorts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_mappings: Vec<PortMapping>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

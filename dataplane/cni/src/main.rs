@@ -23,7 +23,7 @@ use std::{
 use ipnet::Ipv6Net;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use v6node_api::{CallError, Endpoint, Request, DEFAULT_SOCKET};
+use v6node_api::{CallError, Endpoint, PortMapping, Protocol, Request, DEFAULT_SOCKET};
 
 use crate::ipam::Ipam;
 
@@ -75,6 +75,55 @@ struct NetConf {
     prev_result: Option<Value>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Vec<Attachment>>,
+    /// What the runtime passes for the capabilities the conflist names.
+    #[serde(default)]
+    runtime_config: RuntimeConfig,
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(rename_all = "camelCase")]
+struct RuntimeConfig {
+    #[serde(default)]
+    port_mappings: Vec<RawPortMapping>,
+}
+
+/// A hostPort as runtimes write it (the portmap capability's convention).
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct RawPortMapping {
+    host_port: i64,
+    container_port: i64,
+    #[serde(default)]
+    protocol: String,
+    #[serde(rename = "hostIP", default)]
+    host_ip: String,
+}
+
+impl RawPortMapping {
+    /// The mapping the agent serves, or why this node cannot serve it.
+    fn check(&self) -> Result<PortMapping, String> {
+        let port = |value: i64, what: &str| {
+            u16::try_from(value).ok().filter(|p| *p != 0).ok_or_else(|| format!("{what} {value} is no port (1-65535)"))
+        };
+        let host_port = port(self.host_port, "hostPort")?;
+        let container_port = port(self.container_port, "containerPort")?;
+        let protocol = match self.protocol.to_ascii_lowercase().as_str() {
+            "" | "tcp" => Protocol::Tcp,
+            "udp" => Protocol::Udp,
+            other => return Err(format!("hostPort {host_port}: protocol {other} is not served (TCP and UDP are)")),
+        };
+        let host_ip = match self.host_ip.as_str() {
+            "" | "::" | "0.0.0.0" => None,
+            ip => match ip.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V6(v6)) => Some(v6),
+                Ok(std::net::IpAddr::V4(_)) => {
+                    return Err(format!("hostPort {host_port}: hostIP {ip} is IPv4; this node is IPv6-only"))
+                }
+                Err(_) => return Err(format!("hostPort {host_port}: hostIP {ip:?} is no address")),
+            },
+        };
+        Ok(PortMapping { host_port, container_port, protocol, host_ip })
+    }
 }
 
 fn auto() -> String {
@@ -200,6 +249,13 @@ fn add(env: &Env, conf: &NetConf) -> CniResult<Value> {
         return Err(fail(code::INVALID_CONFIG, "device must be auto, netkit or veth", &conf.device));
     }
     let ipam = conf.ipam()?;
+    let port_mappings = conf
+        .runtime_config
+        .port_mappings
+        .iter()
+        .map(RawPortMapping::check)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(code::INVALID_CONFIG, "a hostPort this node cannot serve", e))?;
     let netns = Path::new(&env.netns);
     if !netns.exists() {
         return Err(fail(code::INVALID_ENVIRONMENT, "CNI_NETNS does not exist", &env.netns));
@@ -234,6 +290,7 @@ fn add(env: &Env, conf: &NetConf) -> CniResult<Value> {
         device,
         host_device: host.clone(),
         peer_device: peer.clone(),
+        port_mappings,
     };
     let routed = v6node_api::call(&conf.socket(), &Request::Add(endpoint), AGENT_TIMEOUT)
         .map_err(agent_error)
@@ -472,6 +529,45 @@ mod tests {
         let no_id = Env { container_id: String::new(), ..env };
         let e = run(&no_id, br#"{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64"}"#).unwrap_err();
         assert_eq!((e.code, e.details.as_str()), (code::INVALID_ENVIRONMENT, "CNI_CONTAINERID"));
+    }
+
+    #[test]
+    fn host_ports_are_checked_before_anything_is_made() {
+        let mapping = |json: &str| serde_json::from_str::<RawPortMapping>(json).unwrap().check();
+        assert_eq!(
+            mapping(r#"{"hostPort":54323,"containerPort":8080,"protocol":"udp","hostIP":"fd00:9::2"}"#),
+            Ok(PortMapping {
+                host_port: 54323,
+                container_port: 8080,
+                protocol: Protocol::Udp,
+                host_ip: Some("fd00:9::2".parse().unwrap())
+            })
+        );
+        assert_eq!(mapping(r#"{"hostPort":80,"containerPort":80,"protocol":"TCP"}"#).unwrap().host_ip, None);
+        assert_eq!(mapping(r#"{"hostPort":80,"containerPort":80,"hostIP":"::1"}"#).unwrap().host_ip, Some(Ipv6Addr::LOCALHOST));
+        assert!(mapping(r#"{"hostPort":80,"containerPort":80,"protocol":"sctp"}"#).unwrap_err().contains("sctp is not served"));
+        assert!(mapping(r#"{"hostPort":80,"containerPort":80,"hostIP":"127.0.0.1"}"#).unwrap_err().contains("IPv6-only"));
+        assert!(mapping(r#"{"hostPort":70000,"containerPort":80}"#).unwrap_err().contains("hostPort 70000 is no port"));
+        assert!(mapping(r#"{"hostPort":80,"containerPort":0}"#).unwrap_err().contains("containerPort 0"));
+
+        // Refused in ADD before an address is taken or a device made.
+        let env = Env {
+            command: "ADD".into(),
+            container_id: "c1".into(),
+            netns: "/nonexistent".into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+        };
+        let dir = std::env::temp_dir().join(format!("v6node-cni-hostport-{}", std::process::id()));
+        let conf = format!(
+            r#"{{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64","dataDir":"{}",
+               "runtimeConfig":{{"portMappings":[{{"hostPort":80,"containerPort":80,"protocol":"sctp"}}]}}}}"#,
+            dir.display()
+        );
+        let e = run(&env, conf.as_bytes()).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (code::INVALID_CONFIG, "a hostPort this node cannot serve"));
+        assert!(!dir.join("v6node").exists() || std::fs::read_dir(dir.join("v6node")).unwrap().next().is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -132,16 +132,20 @@ impl ClusterView {
         if prefixes.is_empty() && !ipv4.is_empty() {
             self.problem(name, format!("only IPv4 pod CIDRs ({}): no IPv6 pods to route", ipv4.join(", ")));
         }
-        let address = node
-            .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|a| a.type_ == "InternalIP")
-            .find_map(|a| a.address.parse::<Ipv6Addr>().ok());
+        let address = internal_ipv6(node).next();
         Candidate { name, local, address, prefixes }
     }
+}
+
+/// A Node's IPv6 InternalIPs, in the order its status lists them.
+pub fn internal_ipv6(node: &Node) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse::<Ipv6Addr>().ok())
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The desired Services of this node, from Services and EndpointSlices: each
-//! frontend (ClusterIP, NodePort on this node's addresses, external and
+//! frontend (ClusterIP, NodePort on every node's addresses, external and
 //! load-balancer IPs; port; protocol) and the backends it may pick. Pure, so
 //! it is tested without a cluster; what it refuses or clamps it names in
 //! `problems` with the Service and the reason.
@@ -27,22 +27,7 @@ pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
 const SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    Tcp,
-    Udp,
-}
-
-impl Protocol {
-    /// The IP protocol number the socket hooks compare.
-    pub fn number(self) -> u8 {
-        match self {
-            Protocol::Tcp => 6,
-            Protocol::Udp => 17,
-        }
-    }
-}
+pub use v6node_api::Protocol;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -51,6 +36,8 @@ pub enum FrontendKind {
     NodePort,
     ExternalIp,
     LoadBalancer,
+    /// A pod's hostPort on this node (from its CNI port mappings).
+    HostPort,
 }
 
 /// Where a Service is reached: the key of the service table.
@@ -63,11 +50,7 @@ pub struct Address {
 
 impl std::fmt::Display for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let protocol = match self.protocol {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-        };
-        write!(f, "[{}]:{}/{protocol}", self.ip, self.port)
+        write!(f, "[{}]:{}/{}", self.ip, self.port, self.protocol.as_str())
     }
 }
 
@@ -139,8 +122,8 @@ fn ipv6(s: &str) -> Option<Ipv6Addr> {
 }
 
 impl ServicesView {
-    /// `node` is this node's name and `node_addresses` its IPv6 addresses
-    /// (NodePorts are served on them).
+    /// `node` is this node's name and `node_addresses` the IPv6 addresses
+    /// NodePorts are served on (every Node's).
     pub fn build<'a>(
         node: &str,
         node_addresses: &[Ipv6Addr],
@@ -308,6 +291,44 @@ impl ServicesView {
             }
         }
         ServicesView { frontends: frontends.into_values().collect(), problems: problems.into_iter().collect() }
+    }
+}
+
+/// A pod's hostPort on one address of this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    /// `namespace/name` of the pod (or its container id).
+    pub pod: String,
+    pub address: Address,
+    pub backend: Backend,
+}
+
+impl ServicesView {
+    /// Adds this node's pods' hostPorts as frontends of their own, each with
+    /// its pod as the one backend. An address a Service (or an earlier pod)
+    /// already has stays theirs, and the pod's claim is named.
+    pub fn add_host_ports(&mut self, ports: impl IntoIterator<Item = HostPort>) {
+        for port in ports {
+            match self.frontends.binary_search_by(|f| f.address.cmp(&port.address)) {
+                Ok(taken) => {
+                    let owner = &self.frontends[taken].service;
+                    self.problems.push(problem(&port.pod, format!("hostPort {} is {owner}'s already: ignored", port.address)));
+                }
+                Err(at) => self.frontends.insert(
+                    at,
+                    Frontend {
+                        address: port.address,
+                        service: port.pod,
+                        port_name: String::new(),
+                        kind: FrontendKind::HostPort,
+                        backends: vec![port.backend],
+                        affinity_seconds: None,
+                    },
+                ),
+            }
+        }
+        self.problems.sort();
+        self.problems.dedup();
     }
 }
 

@@ -156,18 +156,25 @@ impl ClusterWatch {
         Some(ClusterView::from_nodes(&self.settings.node_name, nodes.iter().map(|n| n.as_ref())))
     }
 
-    /// The Services this node serves, once both Services and EndpointSlices
-    /// were listed completely (before that, every Service would look empty
-    /// and refuse). NodePorts are served on `node_addresses`.
-    pub fn services(&self, node_addresses: &[std::net::Ipv6Addr]) -> Option<ServicesView> {
-        if !self.synced(1) || !self.synced(2) {
+    /// The Services this node serves, once Nodes, Services and
+    /// EndpointSlices were listed completely (before that, every Service
+    /// would look empty and refuse). NodePorts are served on every Node's
+    /// IPv6 InternalIPs: a pod or the node reaching another node's NodePort
+    /// gets its backend here, at connect, as it does for its own node's.
+    pub fn services(&self) -> Option<ServicesView> {
+        if !self.synced(0) || !self.synced(1) || !self.synced(2) {
             return None;
         }
+        let nodes = self.nodes.state();
+        let mut node_addresses: Vec<std::net::Ipv6Addr> =
+            nodes.iter().flat_map(|n| crate::cluster::internal_ipv6(n).collect::<Vec<_>>()).collect();
+        node_addresses.sort();
+        node_addresses.dedup();
         let services = self.services.state();
         let slices = self.slices.state();
         Some(ServicesView::build(
             &self.settings.node_name,
-            node_addresses,
+            &node_addresses,
             services.iter().map(|s| s.as_ref()),
             slices.iter().map(|s| s.as_ref()),
         ))

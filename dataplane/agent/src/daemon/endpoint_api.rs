@@ -53,6 +53,13 @@ impl Daemon {
         match request {
             Request::List => Response::ok(self.endpoints.list()),
             Request::Add(endpoint) => {
+                if !endpoint.port_mappings.is_empty() && (self.cluster.is_none() || self.loaded.config.services.cgroup.is_none())
+                {
+                    return Response::error(
+                        "the pod has hostPorts, which this node serves through its Service socket hooks: \
+                         they need [services] cgroup and [kubernetes] configured",
+                    );
+                }
                 let (container_id, ifname) = (endpoint.container_id.clone(), endpoint.ifname.clone());
                 let host_device = endpoint.host_device.clone();
                 let size = self.loaded.config.bigtcp.size;
@@ -108,5 +115,7 @@ impl Daemon {
         let list = self.endpoints.list();
         self.update(|s| s.endpoints = list);
         self.reconcile_devices().await;
+        // The pods' hostPorts are frontends of the service tables.
+        self.apply_services();
     }
 }

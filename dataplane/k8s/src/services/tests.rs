@@ -211,3 +211,43 @@ fn the_same_address_claimed_by_two_services_goes_to_the_first_by_name() {
         view.problems
     );
 }
+
+#[test]
+fn node_ports_are_served_on_every_nodes_address() {
+    let svc =
+        service("np", json!({ "type": "NodePort", "clusterIPs": ["fd00:96::f"], "ports": [{ "port": 80, "nodePort": 30080 }] }));
+    let eps = slice("np", "np-1", json!([{ "port": 8080 }]), &[("fd00::f", "node-b", true, true, false)]);
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a"), ip("fd00:9::b")], [&svc], [&eps]);
+    for node in ["fd00:9::a", "fd00:9::b"] {
+        assert_eq!(backends(at(&view, node, 30080, Protocol::Tcp)), vec![("fd00::f".into(), 8080)]);
+    }
+}
+
+#[test]
+fn host_ports_are_frontends_of_their_pod_unless_a_service_has_the_address() {
+    let svc = service("web", json!({ "clusterIPs": ["fd00:96::a"], "ports": [{ "port": 80 }] }));
+    let mut view = ServicesView::build(NODE, &[], [&svc], []);
+    let host_port = |pod: &str, addr: &str, port: u16| HostPort {
+        pod: pod.into(),
+        address: Address { ip: ip(addr), port, protocol: Protocol::Tcp },
+        backend: Backend { ip: ip("fd00::99"), port: 8080, terminating: false },
+    };
+    view.add_host_ports([
+        host_port("default/h", "::1", 54323),
+        host_port("default/h", "fd00:96::a", 80),
+        host_port("default/other", "::1", 54323),
+    ]);
+    let frontend = at(&view, "::1", 54323, Protocol::Tcp);
+    assert_eq!((frontend.kind, frontend.service.as_str()), (FrontendKind::HostPort, "default/h"));
+    assert_eq!(backends(frontend), vec![("fd00::99".into(), 8080)]);
+    assert_eq!(at(&view, "fd00:96::a", 80, Protocol::Tcp).service, "default/web");
+    let reasons: Vec<String> = view.problems.iter().map(|p| format!("{}: {}", p.service, p.reason)).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            "default/h: hostPort [fd00:96::a]:80/tcp is default/web's already: ignored",
+            "default/other: hostPort [::1]:54323/tcp is default/h's already: ignored",
+        ]
+    );
+    assert!(view.frontends.windows(2).all(|w| w[0].address < w[1].address), "still sorted by address");
+}
