@@ -501,15 +501,20 @@ mod tests {
         assert_ne!(device_names("c1", "eth0"), device_names("c1", "eth1"));
     }
 
-    #[test]
-    fn malformed_input_gets_the_cni_error_code() {
-        let env = Env {
+    /// An ADD for container c1 whose network namespace does not exist.
+    fn add_env() -> Env {
+        Env {
             command: "ADD".into(),
             container_id: "c1".into(),
             netns: "/nonexistent".into(),
             ifname: "eth0".into(),
             args: String::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn malformed_input_gets_the_cni_error_code() {
+        let env = add_env();
         let code = |stdin: &str| run(&env, stdin.as_bytes()).unwrap_err().code;
         assert_eq!(code("{not json"), code::DECODE_FAILURE);
         assert_eq!(code(r#"{"cniVersion":"0.2.0","name":"v6node","type":"v6node-cni"}"#), code::INCOMPATIBLE_VERSION);
@@ -551,13 +556,7 @@ mod tests {
         assert!(mapping(r#"{"hostPort":80,"containerPort":0}"#).unwrap_err().contains("containerPort 0"));
 
         // Refused in ADD before an address is taken or a device made.
-        let env = Env {
-            command: "ADD".into(),
-            container_id: "c1".into(),
-            netns: "/nonexistent".into(),
-            ifname: "eth0".into(),
-            args: String::new(),
-        };
+        let env = add_env();
         let dir = std::env::temp_dir().join(format!("v6node-cni-hostport-{}", std::process::id()));
         let conf = format!(
             r#"{{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64","dataDir":"{}",
