@@ -321,8 +321,9 @@ sctp_refused() {
         [[ "$(ip -n "$node" -o link | wc -l)" == "$devices_before" ]]
 }
 pass_if "an SCTP hostPort: CNI ADD fails with error 7 naming it, and no device is made" sctp_refused
-cni_pod_h ADD '[{"hostPort": 54323, "containerPort": 8080, "protocol": "tcp", "hostIP": "::1"},
-    {"hostPort": 54324, "containerPort": 5353, "protocol": "udp"}]' >"$work/pod-h.json"
+# As containerd 1.7 writes them: Go's field names, an empty HostIP for none.
+cni_pod_h ADD '[{"HostPort": 54323, "ContainerPort": 8080, "Protocol": "tcp", "HostIP": "::1"},
+    {"HostPort": 54324, "ContainerPort": 5353, "Protocol": "udp", "HostIP": ""}]' >"$work/pod-h.json"
 pod_h=$(jq -r '.ips[0].address | sub("/128$"; "")' "$work/pod-h.json")
 ip netns exec "$id-pod-h" python3 "$work/pod.py" pod-h "$pod_h" &
 host_ports_listed() {

@@ -87,15 +87,19 @@ struct RuntimeConfig {
     port_mappings: Vec<RawPortMapping>,
 }
 
-/// A hostPort as runtimes write it (the portmap capability's convention).
+/// A hostPort as runtimes write it: the portmap capability's camelCase, or
+/// containerd's Go field names (go-cni's PortMapping has no JSON tags, and
+/// Go plugins read either because Go's JSON matches names without case).
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
 struct RawPortMapping {
+    #[serde(alias = "HostPort")]
     host_port: i64,
+    #[serde(alias = "ContainerPort")]
     container_port: i64,
-    #[serde(default)]
+    #[serde(default, alias = "Protocol")]
     protocol: String,
-    #[serde(rename = "hostIP", default)]
+    #[serde(rename = "hostIP", default, alias = "HostIP")]
     host_ip: String,
 }
 
@@ -549,6 +553,16 @@ mod tests {
             })
         );
         assert_eq!(mapping(r#"{"hostPort":80,"containerPort":80,"protocol":"TCP"}"#).unwrap().host_ip, None);
+        // containerd 1.7, as it hands a pod's hostPort to its plugins.
+        assert_eq!(
+            mapping(r#"{"HostPort":54323,"ContainerPort":8080,"Protocol":"tcp","HostIP":"::1"}"#),
+            Ok(PortMapping {
+                host_port: 54323,
+                container_port: 8080,
+                protocol: Protocol::Tcp,
+                host_ip: Some(Ipv6Addr::LOCALHOST)
+            })
+        );
         assert_eq!(mapping(r#"{"hostPort":80,"containerPort":80,"hostIP":"::1"}"#).unwrap().host_ip, Some(Ipv6Addr::LOCALHOST));
         assert!(mapping(r#"{"hostPort":80,"containerPort":80,"protocol":"sctp"}"#).unwrap_err().contains("sctp is not served"));
         assert!(mapping(r#"{"hostPort":80,"containerPort":80,"hostIP":"127.0.0.1"}"#).unwrap_err().contains("IPv6-only"));
