@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image kubernetes dataplane cluster cluster-down test test-lint test-rust test-bpf test-host test-netns test-image test-e2e bench clean
+.PHONY: image kubernetes dataplane cluster cluster-down test test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-conformance conformance bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
@@ -31,7 +31,7 @@ cluster-down:
 
 ## Every test tier: style (rustfmt, clippy), Rust units, host scripts, the
 ## agent in network namespaces, image build and qemu boot tests, then
-## kubeadm join end to end.
+## kubeadm join end to end, then Kubernetes' own network conformance specs.
 test:
 	tests/run
 
@@ -56,6 +56,12 @@ test-image:
 
 test-e2e:
 	tests/run e2e
+
+## Every [sig-network] [Conformance] spec of the pinned release's e2e.test
+## against a two-node make cluster (the tier CI runs last); report in
+## mkosi.output/conformance/report/report.md.
+test-conformance conformance:
+	tests/run conformance
 
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
 ## agent against bpftool, the translator against plain forwarding and tayga,
