@@ -376,6 +376,29 @@ EOF
 ipv4_named() { jq_status '.services.problems[] | "\(.service): \(.reason)"' | grep -q 'default/web: EndpointSlice web-v4: IPv4 endpoints'; }
 pass_if "IPv4 endpoints are named in status and ignored" retry 20 ipv4_named
 pass_if "and the Service keeps its IPv6 backends" both_backends
+# not_served_events SERVICE: the Warning Events the agent put on it.
+not_served_events() {
+    kc get events -n default --field-selector "involvedObject.name=$1,reason=NotServed,type=Warning" \
+        -o jsonpath='{range .items[*]}{.reportingComponent}/{.reportingInstance}: {.message}{"\n"}{end}'
+}
+ipv4_event() { not_served_events web | grep '^v6node-dataplane/node-a: node node-a: EndpointSlice web-v4: IPv4 endpoints'; }
+pass_if "and a Warning Event on Service web says so (reason NotServed, reported by v6node-dataplane on node-a)" \
+    retry 20 ipv4_event
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: signalling, namespace: default }
+spec:
+  clusterIP: fd00:10:96::81
+  clusterIPs: ["fd00:10:96::81"]
+  ipFamilies: [IPv6]
+  ports: [{ name: sctp, port: 2905, protocol: SCTP }, { name: tcp, port: 2905, protocol: TCP }]
+EOF
+sctp_event() { not_served_events signalling | grep 'port 2905: protocol SCTP is not supported by v6node'; }
+tcp_served() { [[ -n "$(jq_status '.services.frontends[] | select(.address.ip == "fd00:10:96::81") | .id')" ]]; }
+pass_if "an SCTP port: a Warning Event on its Service names it" retry 20 sctp_event
+pass_if "and the Service's TCP port on the same number is served" tcp_served
+kc delete service signalling >/dev/null
 
 # --- the Service goes ---------------------------------------------------------------
 kc delete service web >/dev/null

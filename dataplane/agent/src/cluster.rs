@@ -82,6 +82,11 @@ impl Cluster {
         self.watch.services()
     }
 
+    /// Warning Events on the Services the view could not serve as written.
+    pub fn report(&self, view: &ServicesView) {
+        self.watch.report(&view.problems);
+    }
+
     /// Brings v6node's routes in line with the view. Before the first
     /// complete list of Nodes, routes are left exactly as they are. With
     /// `bgp`, a peer no direct route reaches is left to the routers the

@@ -342,6 +342,7 @@ impl Daemon {
             return;
         }
         let Some(mut view) = cluster.services() else { return };
+        cluster.report(&view);
         let node_address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
         view.add_host_ports(self.endpoints.host_ports(node_address.as_slice()));
         let previous = self.state.lock().expect("state lock").services.clone();

@@ -5,6 +5,7 @@
 //! have ([`cluster`]). The agent stays the one writer of routes and maps.
 
 pub mod cluster;
+pub mod events;
 pub mod services;
 pub mod watch;
 

@@ -28,7 +28,11 @@ use kube::{
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::{sync::watch as signal, task::JoinHandle};
 
-use crate::{cluster::ClusterView, services::ServicesView};
+use crate::{
+    cluster::ClusterView,
+    events::ServiceEvents,
+    services::{ServiceProblem, ServicesView},
+};
 
 /// Where the agent's credential is, and who it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +105,7 @@ pub struct ClusterWatch {
     states: [Arc<Mutex<ApiState>>; 3],
     changes: signal::Receiver<()>,
     tasks: Vec<JoinHandle<()>>,
+    events: ServiceEvents,
 }
 
 impl ClusterWatch {
@@ -117,7 +122,7 @@ impl ClusterWatch {
             tokio::spawn(follow(settings.clone(), "services", service_writer, states[1].clone(), notify.clone())),
             tokio::spawn(follow(settings.clone(), "endpointslices", slice_writer, states[2].clone(), notify)),
         ];
-        ClusterWatch { settings, nodes, services, slices, states, changes, tasks }
+        ClusterWatch { settings, nodes, services, slices, states, changes, tasks, events: ServiceEvents::default() }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -178,6 +183,13 @@ impl ClusterWatch {
             services.iter().map(|s| s.as_ref()),
             slices.iter().map(|s| s.as_ref()),
         ))
+    }
+}
+
+impl ClusterWatch {
+    /// Warning Events on the Services with these problems (see `events`).
+    pub fn report(&self, problems: &[ServiceProblem]) {
+        self.events.report(&self.settings, &self.services, problems);
     }
 }
 
