@@ -23,7 +23,7 @@ use kube::{
 use crate::{services::ServiceProblem, watch::Settings};
 
 /// The reason every such Event carries; the note says what and why.
-pub const REASON: &str = "NotServed";
+const REASON: &str = "NotServed";
 const CONTROLLER: &str = "v6node-dataplane";
 
 #[derive(Default)]
@@ -65,6 +65,9 @@ impl ServiceEvents {
                 Err(e) => return new.iter().for_each(|(p, _)| failed(p, e.to_string())),
             };
             let reporter = Reporter { controller: CONTROLLER.into(), instance: Some(settings.node_name.clone()) };
+            // A recorder per batch: its cache never holds an earlier Event, so
+            // it only creates (a problem is published once while it lasts)
+            // and the ClusterRole needs no patch.
             let recorder = Recorder::new(client, reporter);
             for (problem, reference) in new {
                 let event = Event {
