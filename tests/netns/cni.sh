@@ -200,6 +200,14 @@ pass_if "malformed JSON: error 6 (decode)" error_is 6 bash -c "printf '{\"cniVer
 pass_if "missing CNI_NETNS: error 4 (environment)" error_is 4 bash -c "jq -c '.plugins[0] + {cniVersion, name}' $V6NODE_CNI_CONF_DIR/10-v6node.conflist | nsenter --net=/run/netns/$node env -i CNI_COMMAND=ADD CNI_CONTAINERID=ctr-bad CNI_IFNAME=eth0 $cni_bin"
 pass_if "unsupported cniVersion: error 1" error_is 1 cni ADD bad eth0 '.cniVersion = "0.1.0"'
 pass_if "podCIDR that is IPv4: error 7 (config)" error_is 7 cni ADD bad eth0 '.podCIDR = "10.244.0.0/24"'
+# This agent follows no cluster, so it has no service tables to serve hostPorts.
+host_port_refused() {
+    local out
+    out=$(cni ADD bad eth0 '. + {runtimeConfig: {portMappings: [{HostPort: 8080, ContainerPort: 80, Protocol: "tcp", HostIP: ""}]}}')
+    echo "# $out"
+    jq -e '.code == 5 and (.details | contains("hostPorts"))' <<<"$out" >/dev/null
+}
+pass_if "a hostPort on a node without service tables: error 5, the agent's reason in details" host_port_refused
 agent_kill9
 pass_if "ADD with the agent down: error 11 (try again later)" error_is 11 cni ADD bad
 pass_if "STATUS with the agent down: error 50 (not available)" error_is 50 cni STATUS none
