@@ -2,8 +2,9 @@
 /*
  * Entry object for the node's own devices (uplinks): attached at tc ingress
  * and egress by the agent. Counts every packet by reason, drops IPv6 packets
- * from denied source prefixes before the stack sees them, and switches
- * packets for this node's pods straight into the pod's namespace.
+ * from denied source prefixes before the stack sees them, translates
+ * Services reached from outside (lib/nodeport.h), and switches packets for
+ * this node's pods straight into the pod's namespace.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -11,13 +12,14 @@
 
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/nodeport.h"
 #include "lib/parse.h"
 
 static __always_inline int v6n_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason)
 {
 	v6n_count(skb, direction, reason);
 	/* TCX_NEXT (-1): leave the packet to later programs in the tcx chain. */
-	return reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT;
+	return reason == V6N_REASON_PASS || reason == V6N_REASON_LB_TRACKED ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 }
 
 SEC("classifier")
@@ -32,6 +34,17 @@ int v6n_from_dev(struct __sk_buff *skb)
 		__builtin_memcpy(key.addr, &ip6->saddr, sizeof(key.addr));
 		if (bpf_map_lookup_elem(&v6n_deny_src, &key))
 			reason = V6N_REASON_DROP_DENIED_SOURCE;
+	}
+	if (reason == V6N_REASON_PASS && ip6) {
+		int action = TC_ACT_UNSPEC;
+
+		reason = v6n_nodeport_ingress(skb, &action);
+		if (reason != V6N_REASON_PASS) {
+			v6n_count(skb, V6N_DIRECTION_INGRESS, reason);
+			return action;
+		}
+		/* Packet pointers are stale after a helper that may pull data. */
+		reason = v6n_parse_ipv6(skb, &ip6);
 	}
 	if (reason == V6N_REASON_PASS && ip6) {
 		struct v6n_endpoint_value *pod = v6n_endpoint(&ip6->daddr);
@@ -50,8 +63,15 @@ SEC("classifier")
 int v6n_to_dev(struct __sk_buff *skb)
 {
 	struct ipv6hdr *ip6;
+	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
 
-	return v6n_verdict(skb, V6N_DIRECTION_EGRESS, v6n_parse_ipv6(skb, &ip6));
+	/* A reply of the node's own sockets to a connection from outside. */
+	if (reason == V6N_REASON_PASS && ip6) {
+		int rewritten = v6n_nodeport_reply(skb);
+		if (rewritten != 0)
+			reason = rewritten > 0 ? V6N_REASON_LB_TRACKED : V6N_REASON_DROP_MALFORMED;
+	}
+	return v6n_verdict(skb, V6N_DIRECTION_EGRESS, reason);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

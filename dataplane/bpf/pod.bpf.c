@@ -19,6 +19,7 @@
 #include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/fib.h"
+#include "lib/nodeport.h"
 #include "lib/parse.h"
 
 static __always_inline int v6n_pod_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason, int action)
@@ -51,6 +52,11 @@ int v6n_from_pod(struct __sk_buff *skb)
 	if (!self || self->ifindex != skb->ifindex)
 		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_SPOOFED, TC_ACT_SHOT);
 	int at_ingress = !(self->flags & V6N_ENDPOINT_NETKIT);
+
+	/* A reply to a connection from outside leaves as the frontend's. Packet
+	 * pointers are stale after it either way (it may pull data). */
+	if (v6n_nodeport_reply(skb) < 0 || v6n_parse_ipv6(skb, &ip6) != V6N_REASON_PASS || !ip6)
+		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
 
 	struct v6n_endpoint_value *peer = v6n_endpoint(&ip6->daddr);
 	if (peer)

@@ -15,11 +15,12 @@ pub use generated::{
     V6N_SERVICE_AFFINITY as SERVICE_AFFINITY, V6N_SERVICE_SLOTS_MAX as SERVICE_SLOTS_MAX,
 };
 pub use generated::{
-    v6n_counter_key as CounterKey, v6n_counter_value as CounterValue, v6n_deny_value as DenyValue, v6n_direction as Direction,
-    v6n_eam_value as EamValue, v6n_endpoint_key as EndpointKey, v6n_endpoint_value as EndpointValue, v6n_lpm4_key as Lpm4Key,
-    v6n_lpm6_key as Lpm6Key, v6n_nat64_config as Nat64Config, v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX,
-    V6N_DENY_SRC_MAX as DENY_SRC_MAX, V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX,
-    V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT,
+    v6n_counter_key as CounterKey, v6n_counter_value as CounterValue, v6n_ct_key as CtKey, v6n_ct_value as CtValue,
+    v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_eam_value as EamValue, v6n_endpoint_key as EndpointKey,
+    v6n_endpoint_value as EndpointValue, v6n_lb_config as LbConfig, v6n_lpm4_key as Lpm4Key, v6n_lpm6_key as Lpm6Key,
+    v6n_maglev_table as MaglevTable, v6n_nat64_config as Nat64Config, v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX,
+    V6N_CT_REPLY as CT_REPLY, V6N_DENY_SRC_MAX as DENY_SRC_MAX, V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX,
+    V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -45,6 +46,10 @@ mod pod {
     unsafe impl aya::Pod for AffinityValue {}
     unsafe impl aya::Pod for SockRevnatKey {}
     unsafe impl aya::Pod for SockRevnatValue {}
+    unsafe impl aya::Pod for CtKey {}
+    unsafe impl aya::Pod for CtValue {}
+    unsafe impl aya::Pod for LbConfig {}
+    unsafe impl aya::Pod for MaglevTable {}
 }
 
 /// Names of the maps userspace opens, as declared in `bpf/lib/maps.h` (and
@@ -67,6 +72,11 @@ pub mod maps {
     pub const AFFINITY: &str = "v6n_affinity";
     /// Declared in `bpf/sock.bpf.c`.
     pub const SOCK_REVNAT: &str = "v6n_sock_revnat";
+    /// Declared in `bpf/lib/ct.h`: connection tracking.
+    pub const CT: &str = "v6n_ct";
+    /// Declared in `bpf/lib/nodeport.h`: Services reached from outside.
+    pub const MAGLEV: &str = "v6n_maglev";
+    pub const LB_CONFIG: &str = "v6n_lb_cfg";
 }
 
 impl Reason {
@@ -85,6 +95,8 @@ impl Reason {
         Reason::V6N_REASON_DROP_NOT_IPV6,
         Reason::V6N_REASON_LB_TRANSLATED,
         Reason::V6N_REASON_DROP_NO_BACKEND,
+        Reason::V6N_REASON_LB_TRACKED,
+        Reason::V6N_REASON_DROP_NAT_PORTS,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -104,6 +116,8 @@ impl Reason {
             Reason::V6N_REASON_DROP_NOT_IPV6 => "not_ipv6",
             Reason::V6N_REASON_LB_TRANSLATED => "service_translated",
             Reason::V6N_REASON_DROP_NO_BACKEND => "service_without_backend",
+            Reason::V6N_REASON_LB_TRACKED => "service_tracked",
+            Reason::V6N_REASON_DROP_NAT_PORTS => "masquerade_ports_exhausted",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -120,6 +134,7 @@ impl Reason {
                 | Reason::V6N_REASON_XLAT_TO_STACK
                 | Reason::V6N_REASON_ROUTED
                 | Reason::V6N_REASON_LB_TRANSLATED
+                | Reason::V6N_REASON_LB_TRACKED
         )
     }
 }
@@ -193,5 +208,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<AffinityKey>(), 16);
         assert_eq!(std::mem::size_of::<AffinityValue>(), 16);
         assert_eq!(std::mem::size_of::<SockRevnatKey>(), 32);
+        assert_eq!(std::mem::size_of::<CtKey>(), 40);
+        assert_eq!(std::mem::size_of::<CtValue>(), 56);
     }
 }

@@ -11,79 +11,13 @@ mod common;
 
 use std::net::Ipv6Addr;
 
-use aya::{
-    maps::{HashMap, MapData},
-    Ebpf,
-};
 use common::{
-    counted, enter_netns, ifindex, ip, load_object, try_run_program, PinDir, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
+    counted,
+    node::{Node, HOST_A_MAC, HOST_B_MAC, NODE, POD_A, POD_A_MAC, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
+    try_run_program, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
 };
 use etherparse::PacketBuilder;
-use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, ENDPOINT_NETKIT};
-use v6node_api::format_mac;
-
-static POD_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pod.bpf.o"));
-static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
-
-const POD_A: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0xa);
-const POD_B: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0xb);
-const NODE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
-const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 1, 0xff];
-const UPLINK_MAC: [u8; 6] = [2, 0, 0, 0, 1, 1];
-const REMOTE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 1);
-const POD_A_MAC: [u8; 6] = [2, 0xa, 0, 0, 0, 1];
-const POD_B_MAC: [u8; 6] = [2, 0xb, 0, 0, 0, 1];
-const HOST_A_MAC: [u8; 6] = [2, 0xa, 0, 0, 0, 2];
-const HOST_B_MAC: [u8; 6] = [2, 0xb, 0, 0, 0, 2];
-
-/// Both entry objects over one set of pinned maps, in the test's own netns:
-/// `hosta`/`hostb` stand for the host sides of pods A and B, `uplink` for the
-/// uplink (2001:db8:1::1/64, default route via a router with a known MAC).
-struct Node {
-    pod: Ebpf,
-    host: Ebpf,
-    _pins: PinDir,
-    host_a: u32,
-    host_b: u32,
-    uplink: u32,
-}
-
-impl Node {
-    fn new(test: &str, flags: u8) -> Node {
-        enter_netns();
-        for (dev, mac) in [("hosta", HOST_A_MAC), ("hostb", HOST_B_MAC)] {
-            ip(&format!("link add {dev} address {} type veth peer name {dev}peer", format_mac(&mac)));
-            ip(&format!("link set {dev} up"));
-        }
-        ip(&format!("link add uplink address {} type veth peer name uplinkpeer", format_mac(&UPLINK_MAC)));
-        ip("link set uplink up");
-        ip("addr add 2001:db8:1::1/64 dev uplink nodad");
-        ip("route add default via 2001:db8:1::ff dev uplink");
-        ip(&format!("neigh add 2001:db8:1::ff lladdr {} dev uplink nud permanent", format_mac(&ROUTER_MAC)));
-        ip("route add unreachable 2001:db8:dead::/48");
-        ip(&format!("route add {POD_A}/128 dev hosta"));
-        ip(&format!("route add {POD_B}/128 dev hostb"));
-        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1").unwrap();
-
-        let (mut pod, pins) = load_object(POD_OBJECT, &["v6n_from_pod", "v6n_to_pod"], test);
-        let (host, _) = load_object(HOST_OBJECT, &["v6n_from_dev", "v6n_to_dev"], test);
-        let mut endpoints: HashMap<&mut MapData, EndpointKey, EndpointValue> =
-            HashMap::try_from(pod.map_mut(maps::ENDPOINTS).unwrap()).unwrap();
-        for (addr, dev, pod_mac, host_mac) in [(POD_A, "hosta", POD_A_MAC, HOST_A_MAC), (POD_B, "hostb", POD_B_MAC, HOST_B_MAC)] {
-            let value = EndpointValue { ifindex: ifindex(dev), pod_mac, host_mac, flags, pad: [0; 3] };
-            endpoints.insert(EndpointKey { addr: addr.octets() }, value, 0).unwrap();
-        }
-        Node { pod, host, _pins: pins, host_a: ifindex("hosta"), host_b: ifindex("hostb"), uplink: ifindex("uplink") }
-    }
-
-    fn sent_by_pod(&self, packet: &[u8], device: u32) -> Run {
-        try_run_program(&self.pod, "v6n_from_pod", packet, device).expect("BPF_PROG_TEST_RUN")
-    }
-
-    fn counted(&self, direction: Direction, reason: Reason) -> u64 {
-        counted(&self.pod, direction, reason)
-    }
-}
+use v6node_abi::{Direction, Reason, ENDPOINT_NETKIT};
 
 fn tcp6(src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8) -> Vec<u8> {
     let builder =

@@ -14,7 +14,9 @@ use aya::{
     programs::{CgroupAttachMode, CgroupSockAddr},
     Ebpf,
 };
-use v6node_abi::{maps, L4Addr, ServiceKey, ServiceStats, ServiceValue, SERVICE_AFFINITY};
+use v6node_abi::{
+    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, MAGLEV_SIZE, SERVICE_AFFINITY, SERVICE_EXTERNAL,
+};
 
 pub const TCP: u8 = 6;
 pub const UDP: u8 = 17;
@@ -133,4 +135,39 @@ impl Drop for TestCgroup {
 
 pub const fn addr(ip: Ipv6Addr, port: u16) -> SocketAddrV6 {
     SocketAddrV6::new(ip, port, 0, 0)
+}
+
+/// Marks frontend `frontend` as reached from outside, its Maglev table
+/// filled with `backend_ids` in turn (an empty list: no table).
+pub fn set_external(ebpf: &mut Ebpf, frontend: SocketAddrV6, proto: u8, backend_ids: &[u32]) {
+    let id = {
+        let mut services: HashMap<&mut MapData, ServiceKey, ServiceValue> =
+            HashMap::try_from(ebpf.map_mut(maps::SERVICES).unwrap()).unwrap();
+        let mut head = services.get(&key(frontend, proto, 0), 0).unwrap();
+        head.flags |= SERVICE_EXTERNAL as u16;
+        services.insert(key(frontend, proto, 0), head, 0).unwrap();
+        head.id
+    };
+    let mut tables: HashMap<&mut MapData, u32, MaglevTable> = HashMap::try_from(ebpf.map_mut(maps::MAGLEV).unwrap()).unwrap();
+    if backend_ids.is_empty() {
+        let _ = tables.remove(&id);
+        return;
+    }
+    let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
+    for (bucket, slot) in table.backend_ids.iter_mut().enumerate() {
+        *slot = backend_ids[bucket % backend_ids.len()];
+    }
+    tables.insert(id, table, 0).unwrap();
+}
+
+/// The node's masquerade address for connections to backends elsewhere.
+pub fn set_masquerade(ebpf: &mut Ebpf, addr: Ipv6Addr) {
+    let mut config: HashMap<&mut MapData, u32, LbConfig> = HashMap::try_from(ebpf.map_mut(maps::LB_CONFIG).unwrap()).unwrap();
+    config.insert(0, LbConfig { masquerade_addr: addr.octets() }, 0).unwrap();
+}
+
+/// Removes backend `id` from v6n_backends, as the agent does when it leaves.
+pub fn remove_backend(ebpf: &mut Ebpf, id: u32) {
+    let mut table: HashMap<&mut MapData, u32, L4Addr> = HashMap::try_from(ebpf.map_mut(maps::BACKENDS).unwrap()).unwrap();
+    table.remove(&id).unwrap();
 }

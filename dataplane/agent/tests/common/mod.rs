@@ -7,6 +7,7 @@
 
 pub mod lb;
 pub mod nat64;
+pub mod node;
 pub mod packet;
 
 use std::{path::PathBuf, process::Command};

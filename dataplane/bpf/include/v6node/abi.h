@@ -29,6 +29,10 @@ enum v6n_reason {
 	/* Services (lib/lb.h), counted under V6N_DIRECTION_SOCKET at ifindex 0. */
 	V6N_REASON_LB_TRANSLATED = 12,   /* a socket to a Service was given a backend */
 	V6N_REASON_DROP_NO_BACKEND = 13, /* a Service without usable endpoints: refused */
+	/* Services reached from outside (lib/nodeport.h), per packet on the uplink
+	 * and in pod devices; a first packet is V6N_REASON_LB_TRANSLATED too. */
+	V6N_REASON_LB_TRACKED = 14,      /* a packet of a tracked connection, rewritten */
+	V6N_REASON_DROP_NAT_PORTS = 15,  /* no source port left to masquerade with */
 	V6N_REASON_COUNT
 };
 
@@ -131,6 +135,8 @@ struct v6n_service_key {
 };
 
 #define V6N_SERVICE_AFFINITY 1 /* sessionAffinity: ClientIP */
+#define V6N_SERVICE_EXTERNAL 2 /* reached from outside the cluster: the uplink
+				* translates packets to it (v6n_maglev has its backends) */
 
 struct v6n_service_value {
 	__u32 backend_id;       /* slots 1..count: the backend */
@@ -184,6 +190,65 @@ struct v6n_service_stats {
 	__u64 translated; /* sockets given a backend */
 	__u64 refused;    /* connects refused: no backend */
 };
+
+/*
+ * v6n_maglev (by frontend id): for frontends reached from outside, the
+ * backend of each of V6N_MAGLEV_SIZE hash buckets, filled by Maglev
+ * (Eisenbud et al., NSDI 2016) over the backends' addresses. Every node
+ * computes the same table from the same backends, so a connection that
+ * lands on another node (an ECMP change) is given the same backend there.
+ * Only the backends traffic from outside may reach are in it: with
+ * externalTrafficPolicy Local, this node's own.
+ */
+#define V6N_MAGLEV_SIZE 4099 /* prime, above V6N_BACKENDS_PER_SERVICE_MAX */
+
+struct v6n_maglev_table {
+	__u32 backend_ids[V6N_MAGLEV_SIZE];
+};
+
+/* v6n_lb_cfg (hash, key 0): what the uplink needs beyond the tables. */
+struct v6n_lb_config {
+	/* The source a connection from outside is given when its backend is on
+	 * another node, so the reply comes back through this node: an address
+	 * of this node's pod prefix that no pod is given (the prefix's last). */
+	__u8 masquerade_addr[16];
+};
+
+/*
+ * Connection tracking (lib/ct.h), for translation per packet: an entry per
+ * direction of a translated connection, keyed by its packets as they arrive,
+ * holding the addresses and ports they leave with. The same table serves
+ * every stateful translation of the node.
+ */
+struct v6n_ct_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport; /* network byte order, as are the ports below */
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+#define V6N_CT_REPLY 1   /* the reply direction of the connection */
+#define V6N_CT_CLOSING 2 /* a TCP FIN or RST was seen: a short lifetime */
+
+struct v6n_ct_value {
+	__u8 saddr[16]; /* rewritten to */
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u32 backend_id;  /* the Service backend a forward entry was given */
+	__u64 last_seen_ns;
+	__u32 frontend_id;
+	__u8 flags;        /* V6N_CT_* */
+	__u8 pad[3];
+};
+
+#define V6N_CT_MAX 131072
+#define V6N_CT_TCP_SECONDS 86400    /* kube-proxy's default for established TCP */
+#define V6N_CT_CLOSING_SECONDS 10
+#define V6N_CT_UDP_SECONDS 120
+#define V6N_MAGLEV_MAX 16384        /* frontends reached from outside */
 
 #define V6N_SERVICE_SLOTS_MAX 1048576 /* frontends plus all their backend slots */
 #define V6N_BACKENDS_MAX 262144

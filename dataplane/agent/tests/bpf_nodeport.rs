@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Services reached from outside (bpf/lib/nodeport.h): the uplink's per-packet
+//! translation and its connection tracking, run by the kernel through
+//! BPF_PROG_TEST_RUN in a node of the test's own (common/node.rs). Each test
+//! sends a connection's packets both ways and checks what leaves: addresses,
+//! ports, checksums, verdicts and counters.
+
+mod common;
+
+use std::net::Ipv6Addr;
+
+use common::{
+    counted,
+    lb::{add_service, addr, remove_backend, service_stats, set_external, set_masquerade, TCP, UDP},
+    node::{Node, NODE, POD_A, POD_B, REMOTE, ROUTER_MAC, UPLINK_MAC},
+    packet::assert_well_formed,
+    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_UNSPEC,
+};
+use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+use v6node_abi::{Direction, Reason};
+
+const NODE_PORT: u16 = 30080;
+const TARGET_PORT: u16 = 8080;
+const CLIENT_PORT: u16 = 40000;
+/// A pod on another node, reached through the uplink's default route.
+const OTHER_POD: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 2, 0, 0, 0, 0x5);
+/// The last address of this node's pod prefix (fd00:10:0:1::/64).
+const MASQUERADE: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0xffff, 0xffff, 0xffff, 0xffff);
+const SECOND_CLIENT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 2);
+
+fn segment(proto: u8, src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16, syn: bool) -> Vec<u8> {
+    let ip = PacketBuilder::ethernet2(ROUTER_MAC, UPLINK_MAC).ipv6(src.octets(), dst.octets(), 64);
+    let mut packet = Vec::new();
+    let payload = b"v6node nodeport";
+    if proto == UDP {
+        ip.udp(sport, dport).write(&mut packet, payload).unwrap();
+    } else if syn {
+        ip.tcp(sport, dport, 1, 65535).syn().write(&mut packet, payload).unwrap();
+    } else {
+        ip.tcp(sport, dport, 2, 65535).ack(1).write(&mut packet, payload).unwrap();
+    }
+    packet
+}
+
+/// (source, source port, destination, destination port) of a frame.
+fn tuple(frame: &[u8]) -> (Ipv6Addr, u16, Ipv6Addr, u16) {
+    let sliced = SlicedPacket::from_ethernet(frame).unwrap();
+    let Some(NetSlice::Ipv6(ip)) = sliced.net else { panic!("not IPv6") };
+    let (src, dst) = (ip.header().source_addr(), ip.header().destination_addr());
+    match sliced.transport {
+        Some(TransportSlice::Tcp(tcp)) => (src, tcp.source_port(), dst, tcp.destination_port()),
+        Some(TransportSlice::Udp(udp)) => (src, udp.source_port(), dst, udp.destination_port()),
+        other => panic!("unexpected transport {other:?}"),
+    }
+}
+
+impl Node {
+    fn arrived_on_uplink(&self, packet: &[u8]) -> Run {
+        try_run_program(&self.host, "v6n_from_dev", packet, self.uplink).expect("BPF_PROG_TEST_RUN")
+    }
+
+    fn sent_to_uplink(&self, packet: &[u8]) -> Run {
+        try_run_program(&self.host, "v6n_to_dev", packet, self.uplink).expect("BPF_PROG_TEST_RUN")
+    }
+
+    fn ingress(&self, reason: Reason) -> u64 {
+        counted(&self.host, Direction::V6N_DIRECTION_INGRESS, reason)
+    }
+
+    /// A NodePort on the node's address with `backends` (ids 100, 101, ...),
+    /// all of them in its Maglev table.
+    fn node_port(&mut self, proto: u8, backends: &[(Ipv6Addr, u16)], affinity: Option<u32>) {
+        let list: Vec<_> = backends.iter().map(|(ip, port)| addr(*ip, *port)).collect();
+        add_service(&mut self.host, 1, addr(NODE, NODE_PORT), proto, &list, affinity);
+        let ids: Vec<u32> = (0..backends.len() as u32).map(|i| 100 + i).collect();
+        set_external(&mut self.host, addr(NODE, NODE_PORT), proto, &ids);
+        set_masquerade(&mut self.host, MASQUERADE);
+    }
+}
+
+#[test]
+fn a_connection_from_outside_reaches_a_pod_here_with_the_clients_address() {
+    for proto in [TCP, UDP] {
+        let mut node = Node::new(&format!("nodeport-local-{proto}"), 0);
+        node.node_port(proto, &[(POD_A, TARGET_PORT)], None);
+
+        let first = node.arrived_on_uplink(&segment(proto, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+        assert_eq!(first.verdict, TC_ACT_REDIRECT, "into pod A's namespace");
+        assert_eq!(tuple(&first.packet), (REMOTE, CLIENT_PORT, POD_A, TARGET_PORT));
+        assert_well_formed(&first.packet);
+
+        // The pod's reply leaves as the NodePort's, towards the router.
+        let reply = node.sent_by_pod(&segment(proto, POD_A, TARGET_PORT, REMOTE, CLIENT_PORT, false), node.host_a);
+        assert_eq!(reply.verdict, TC_ACT_REDIRECT);
+        assert_eq!(tuple(&reply.packet), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
+        assert_eq!(&reply.packet[..12], [ROUTER_MAC, UPLINK_MAC].concat());
+        assert_well_formed(&reply.packet);
+
+        let next = node.arrived_on_uplink(&segment(proto, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false));
+        assert_eq!(tuple(&next.packet), (REMOTE, CLIENT_PORT, POD_A, TARGET_PORT));
+        assert_well_formed(&next.packet);
+        assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 1, "one new connection");
+        assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRACKED), 1, "then a packet of it");
+        assert_eq!(service_stats(&node.host, 1), (1, 0));
+    }
+}
+
+#[test]
+fn a_backend_on_another_node_gets_the_connection_from_the_masquerade_address() {
+    let mut node = Node::new("nodeport-remote", 0);
+    node.node_port(TCP, &[(OTHER_POD, TARGET_PORT)], None);
+
+    let first = node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+    assert_eq!(first.verdict, TC_ACT_REDIRECT, "out to the next hop");
+    assert_eq!(&first.packet[..12], [ROUTER_MAC, UPLINK_MAC].concat());
+    assert_eq!(tuple(&first.packet), (MASQUERADE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's port is kept while free");
+    assert_well_formed(&first.packet);
+
+    // The backend's reply comes back here and goes on to the client.
+    let reply = node.arrived_on_uplink(&segment(TCP, OTHER_POD, TARGET_PORT, MASQUERADE, CLIENT_PORT, false));
+    assert_eq!(reply.verdict, TC_ACT_REDIRECT);
+    assert_eq!(tuple(&reply.packet), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
+    assert_well_formed(&reply.packet);
+
+    // Another client with the same port: the masquerade port is taken.
+    let second = node.arrived_on_uplink(&segment(TCP, SECOND_CLIENT, CLIENT_PORT, NODE, NODE_PORT, true));
+    let (src, sport, dst, _) = tuple(&second.packet);
+    assert_eq!((src, dst), (MASQUERADE, OTHER_POD));
+    assert_ne!(sport, CLIENT_PORT, "a second connection may not reuse a held port");
+    let reply = node.arrived_on_uplink(&segment(TCP, OTHER_POD, TARGET_PORT, MASQUERADE, sport, false));
+    assert_eq!(tuple(&reply.packet), (NODE, NODE_PORT, SECOND_CLIENT, CLIENT_PORT));
+    assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 2);
+    assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRACKED), 2);
+}
+
+#[test]
+fn a_backend_in_the_nodes_own_namespace_answers_through_the_uplink() {
+    let mut node = Node::new("nodeport-host", 0);
+    node.node_port(TCP, &[(NODE, TARGET_PORT)], None);
+
+    let first = node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+    assert_eq!(first.verdict, TC_ACT_UNSPEC, "to the node's stack");
+    assert_eq!(tuple(&first.packet), (REMOTE, CLIENT_PORT, NODE, TARGET_PORT));
+    assert_well_formed(&first.packet);
+
+    let reply = node.sent_to_uplink(&segment(TCP, NODE, TARGET_PORT, REMOTE, CLIENT_PORT, false));
+    assert_eq!(reply.verdict, TC_ACT_UNSPEC);
+    assert_eq!(tuple(&reply.packet), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
+    assert_well_formed(&reply.packet);
+    assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_EGRESS, Reason::V6N_REASON_LB_TRACKED), 1);
+}
+
+#[test]
+fn a_frontend_without_backends_is_left_to_the_stack_to_refuse() {
+    let mut node = Node::new("nodeport-empty", 0);
+    node.node_port(TCP, &[], None);
+    let packet = segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true);
+    let run = node.arrived_on_uplink(&packet);
+    assert_eq!((run.verdict, run.packet), (TC_ACT_UNSPEC, packet), "untouched: no listener, so a reset");
+    assert_eq!(node.ingress(Reason::V6N_REASON_DROP_NO_BACKEND), 1);
+    assert_eq!(service_stats(&node.host, 1), (0, 1));
+}
+
+#[test]
+fn a_frontend_not_reached_from_outside_is_left_alone() {
+    let mut node = Node::new("nodeport-internal", 0);
+    add_service(&mut node.host, 1, addr(NODE, NODE_PORT), TCP, &[addr(POD_A, TARGET_PORT)], None);
+    let packet = segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true);
+    let run = node.arrived_on_uplink(&packet);
+    assert_eq!((run.verdict, run.packet), (TC_ACT_UNSPEC, packet));
+    assert_eq!(node.ingress(Reason::V6N_REASON_PASS), 1);
+    assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 0);
+}
+
+#[test]
+fn a_backend_that_left_ends_its_connections_and_new_ones_go_elsewhere() {
+    let mut node = Node::new("nodeport-left", 0);
+    node.node_port(TCP, &[(POD_A, TARGET_PORT), (POD_B, TARGET_PORT)], None);
+    let first = node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+    let (_, _, given, _) = tuple(&first.packet);
+    let (left, left_id, stays, stays_id) = if given == POD_A { (POD_A, 100, POD_B, 101) } else { (POD_B, 101, POD_A, 100) };
+    assert_eq!(given, left);
+
+    remove_backend(&mut node.host, left_id);
+    set_external(&mut node.host, addr(NODE, NODE_PORT), TCP, &[stays_id]);
+    let next = node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false));
+    assert_eq!(
+        tuple(&next.packet),
+        (REMOTE, CLIENT_PORT, stays, TARGET_PORT),
+        "its backend answers a stray segment with a reset"
+    );
+    assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 2);
+}
+
+#[test]
+fn maglev_spreads_clients_and_affinity_keeps_a_client_on_one_backend() {
+    let mut node = Node::new("nodeport-spread", 0);
+    node.node_port(UDP, &[(POD_A, TARGET_PORT), (POD_B, TARGET_PORT)], None);
+    let given: Vec<Ipv6Addr> = (0..32)
+        .map(|i| tuple(&node.arrived_on_uplink(&segment(UDP, REMOTE, CLIENT_PORT + i, NODE, NODE_PORT, false)).packet).2)
+        .collect();
+    assert!(given.contains(&POD_A) && given.contains(&POD_B), "32 client ports all went to one backend: {given:?}");
+
+    let mut node = Node::new("nodeport-affinity", 0);
+    node.node_port(UDP, &[(POD_A, TARGET_PORT), (POD_B, TARGET_PORT)], Some(10800));
+    let given: std::collections::BTreeSet<Ipv6Addr> = (0..32)
+        .map(|i| tuple(&node.arrived_on_uplink(&segment(UDP, REMOTE, CLIENT_PORT + i, NODE, NODE_PORT, false)).packet).2)
+        .collect();
+    assert_eq!(given.len(), 1, "ClientIP affinity: every port of one client to one backend");
+}

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Connection tracking for translation per packet (layout in abi.h): each
+ * direction of a translated connection has an entry keyed by its packets as
+ * they arrive, naming the addresses and ports they leave with. Entries live
+ * in an LRU table and count as gone once their lifetime has passed since the
+ * last packet, so nothing has to sweep them.
+ */
+#ifndef V6NODE_LIB_CT_H
+#define V6NODE_LIB_CT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <v6node/abi.h>
+
+#include "maps.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, V6N_CT_MAX);
+	__type(key, struct v6n_ct_key);
+	__type(value, struct v6n_ct_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_ct SEC(".maps");
+
+#define V6N_NS_PER_SECOND 1000000000ULL
+/* A live entry's last_seen is written at most this often: every packet of a
+ * busy connection would otherwise bounce its cache line between CPUs. */
+#define V6N_CT_TOUCH_NS (1 * V6N_NS_PER_SECOND)
+
+/* A TCP or UDP packet's tuple as connection tracking keys it, and where its
+ * transport checksum sits. */
+struct v6n_flow {
+	struct v6n_ct_key key;
+	__u32 csum_offset; /* from the start of the frame */
+	__u8 tcp_flags;    /* TCP: the FIN/SYN/RST/... byte */
+};
+
+#define V6N_L3_OFFSET 14 /* Ethernet */
+#define V6N_L4_OFFSET (V6N_L3_OFFSET + sizeof(struct ipv6hdr))
+#define V6N_TCP_FIN 0x01
+#define V6N_TCP_RST 0x04
+
+/*
+ * Reads the flow of an IPv6 packet whose transport header follows the IPv6
+ * header directly. Returns 0, or -1 for anything else (other protocols,
+ * extension headers, a transport header cut short): left untracked.
+ */
+static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *flow)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	__u8 proto = ip6->nexthdr;
+	if (proto == IPPROTO_TCP) {
+		if (data + V6N_L4_OFFSET + sizeof(struct tcphdr) > data_end) {
+			if (bpf_skb_pull_data(skb, V6N_L4_OFFSET + sizeof(struct tcphdr)) < 0)
+				return -1;
+			data = (void *)(long)skb->data;
+			data_end = (void *)(long)skb->data_end;
+			ip6 = data + V6N_L3_OFFSET;
+			if (data + V6N_L4_OFFSET + sizeof(struct tcphdr) > data_end)
+				return -1;
+		}
+		struct tcphdr *tcp = data + V6N_L4_OFFSET;
+		flow->key.sport = tcp->source;
+		flow->key.dport = tcp->dest;
+		flow->tcp_flags = ((__u8 *)tcp)[13];
+		flow->csum_offset = V6N_L4_OFFSET + __builtin_offsetof(struct tcphdr, check);
+	} else if (proto == IPPROTO_UDP) {
+		if (data + V6N_L4_OFFSET + sizeof(struct udphdr) > data_end)
+			return -1;
+		struct udphdr *udp = data + V6N_L4_OFFSET;
+		flow->key.sport = udp->source;
+		flow->key.dport = udp->dest;
+		flow->tcp_flags = 0;
+		flow->csum_offset = V6N_L4_OFFSET + __builtin_offsetof(struct udphdr, check);
+	} else {
+		return -1;
+	}
+	__builtin_memcpy(flow->key.saddr, &ip6->saddr, 16);
+	__builtin_memcpy(flow->key.daddr, &ip6->daddr, 16);
+	flow->key.proto = proto;
+	return 0;
+}
+
+static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_value *entry, __u8 proto)
+{
+	if (entry->flags & V6N_CT_CLOSING)
+		return V6N_CT_CLOSING_SECONDS * V6N_NS_PER_SECOND;
+	if (proto == IPPROTO_TCP)
+		return V6N_CT_TCP_SECONDS * V6N_NS_PER_SECOND;
+	return V6N_CT_UDP_SECONDS * V6N_NS_PER_SECOND;
+}
+
+/* The live entry for `flow`, or NULL (none, or its lifetime is over). */
+static __always_inline struct v6n_ct_value *v6n_ct_lookup(const struct v6n_flow *flow, __u64 now)
+{
+	struct v6n_ct_value *entry = bpf_map_lookup_elem(&v6n_ct, &flow->key);
+
+	if (!entry || now - entry->last_seen_ns > v6n_ct_lifetime_ns(entry, flow->key.proto))
+		return NULL;
+	return entry;
+}
+
+/* Notes a packet of the entry's connection: its time, and a TCP FIN or RST. */
+static __always_inline void v6n_ct_touch(struct v6n_ct_value *entry, const struct v6n_flow *flow, __u64 now)
+{
+	if (flow->tcp_flags & (V6N_TCP_FIN | V6N_TCP_RST) && !(entry->flags & V6N_CT_CLOSING))
+		entry->flags |= V6N_CT_CLOSING;
+	if (now - entry->last_seen_ns > V6N_CT_TOUCH_NS)
+		entry->last_seen_ns = now;
+}
+
+/* The key of the reply direction of a packet that leaves as `out`. */
+static __always_inline void v6n_ct_reply_key(struct v6n_ct_key *reply, const struct v6n_ct_value *out, __u8 proto)
+{
+	__builtin_memcpy(reply->saddr, out->daddr, 16);
+	__builtin_memcpy(reply->daddr, out->saddr, 16);
+	reply->sport = out->dport;
+	reply->dport = out->sport;
+	reply->proto = proto;
+	reply->pad[0] = reply->pad[1] = reply->pad[2] = 0;
+}
+
+/* Forgets a connection: the entry under `key` and its reply direction. */
+static __always_inline void v6n_ct_forget(const struct v6n_ct_key *key, const struct v6n_ct_value *entry)
+{
+	struct v6n_ct_key reply = {};
+
+	v6n_ct_reply_key(&reply, entry, key->proto);
+	bpf_map_delete_elem(&v6n_ct, &reply);
+	bpf_map_delete_elem(&v6n_ct, key);
+}
+
+/*
+ * Rewrites the packet of `flow` to leave as `out` (addresses and ports) and
+ * mends its transport checksum: the addresses through the pseudo-header,
+ * so a checksum the device will complete (CHECKSUM_PARTIAL) stays right.
+ * Returns 0, or -1 when the packet cannot be written.
+ */
+static __always_inline int v6n_ct_rewrite(struct __sk_buff *skb, const struct v6n_flow *flow, const struct v6n_ct_value *out)
+{
+	__u32 csum_flags = flow->key.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	__s64 diff = bpf_csum_diff((__be32 *)flow->key.saddr, 32, (__be32 *)out->saddr, 32, 0);
+
+	if (diff < 0)
+		return -1;
+	if (bpf_l4_csum_replace(skb, flow->csum_offset, 0, diff, BPF_F_PSEUDO_HDR | csum_flags) < 0)
+		return -1;
+	if (bpf_skb_store_bytes(skb, V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, saddr), out->saddr, 32, 0) < 0)
+		return -1;
+	if (out->sport != flow->key.sport || out->dport != flow->key.dport) {
+		__u32 old_ports = flow->key.sport | (__u32)flow->key.dport << 16;
+		__u32 new_ports = out->sport | (__u32)out->dport << 16;
+
+		if (bpf_l4_csum_replace(skb, flow->csum_offset, old_ports, new_ports, sizeof(__u32) | csum_flags) < 0)
+			return -1;
+		if (bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &new_ports, sizeof(new_ports), 0) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+#endif /* V6NODE_LIB_CT_H */

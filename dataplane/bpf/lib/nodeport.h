@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Services reached from outside the cluster: NodePorts on this node's
+ * addresses, external and load-balancer IPs, hostPorts. Their packets come in
+ * through an uplink, where no socket hook sees them, so they are translated
+ * per packet and tracked (lib/ct.h):
+ *
+ * - a backend on this node (a pod, or the node itself) gets the packet with
+ *   the client's own address as its source, and its replies are given the
+ *   frontend's address back on their way out (pod device or uplink egress);
+ * - a backend on another node gets it from this node's masquerade address
+ *   (v6n_lb_cfg), so its replies come back here to be given the frontend's
+ *   address and sent to the client.
+ *
+ * The backend is chosen by Maglev over a hash of the client's address and
+ * port (address alone with ClientIP affinity), the same on every node.
+ */
+#ifndef V6NODE_LIB_NODEPORT_H
+#define V6NODE_LIB_NODEPORT_H
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+#include <v6node/abi.h>
+
+#include "ct.h"
+#include "endpoint.h"
+#include "fib.h"
+#include "lb.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_MAGLEV_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct v6n_maglev_table);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6n_lb_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_lb_cfg SEC(".maps");
+
+/* Masquerade ports are tried at random from here up; the client's own port
+ * is tried first. */
+#define V6N_MASQ_PORT_MIN 1024
+#define V6N_MASQ_PORT_TRIES 8
+
+/* A 32-bit mix of one word into a running hash (MurmurHash3's steps): the
+ * same inputs give the same bucket on every node, unlike the skb's hash,
+ * which is seeded per boot. */
+static __always_inline __u32 v6n_hash_word(__u32 hash, __u32 word)
+{
+	word *= 0xcc9e2d51;
+	word = (word << 15) | (word >> 17);
+	word *= 0x1b873593;
+	hash ^= word;
+	hash = (hash << 13) | (hash >> 19);
+	return hash * 5 + 0xe6546b64;
+}
+
+static __always_inline __u32 v6n_hash_final(__u32 hash)
+{
+	hash ^= hash >> 16;
+	hash *= 0x85ebca6b;
+	hash ^= hash >> 13;
+	hash *= 0xc2b2ae35;
+	return hash ^ (hash >> 16);
+}
+
+static __always_inline __u32 v6n_maglev_bucket(const struct v6n_ct_key *client, int affine)
+{
+	const __u32 *addr = (const __u32 *)client->saddr;
+	__u32 hash = client->proto;
+
+	hash = v6n_hash_word(hash, addr[0]);
+	hash = v6n_hash_word(hash, addr[1]);
+	hash = v6n_hash_word(hash, addr[2]);
+	hash = v6n_hash_word(hash, addr[3]);
+	if (!affine)
+		hash = v6n_hash_word(hash, client->sport);
+	return v6n_hash_final(hash) % V6N_MAGLEV_SIZE;
+}
+
+/* Claims a source port on the masquerade address for the connection that
+ * leaves as `out`: its reply entry goes in only while nobody holds it. */
+static __always_inline int v6n_masquerade_port(struct v6n_ct_value *out, const struct v6n_ct_value *reply, __u8 proto)
+{
+	struct v6n_ct_key key = {};
+
+	for (int i = 0; i < V6N_MASQ_PORT_TRIES; i++) {
+		if (i > 0)
+			out->sport = bpf_htons(V6N_MASQ_PORT_MIN + bpf_get_prandom_u32() % (65536 - V6N_MASQ_PORT_MIN));
+		v6n_ct_reply_key(&key, out, proto);
+		if (bpf_map_update_elem(&v6n_ct, &key, reply, BPF_NOEXIST) == 0)
+			return 0;
+		/* Taken: by a connection still alive, or one whose lifetime is over. */
+		struct v6n_ct_value *holder = bpf_map_lookup_elem(&v6n_ct, &key);
+		__u64 now = reply->last_seen_ns;
+		if (holder && now - holder->last_seen_ns > v6n_ct_lifetime_ns(holder, proto)) {
+			if (bpf_map_update_elem(&v6n_ct, &key, reply, BPF_ANY) == 0)
+				return 0;
+		}
+	}
+	return -1;
+}
+
+/*
+ * Hands a rewritten packet on: into the pod it is now for, to the next hop
+ * the FIB names, or to this node's stack (a backend in the node's own
+ * network namespace, a reply to be routed by the kernel).
+ */
+static __always_inline int v6n_nodeport_deliver(struct __sk_buff *skb, int at_ingress)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return TC_ACT_SHOT;
+	struct v6n_endpoint_value *pod = v6n_endpoint(&ip6->daddr);
+	if (pod)
+		return v6n_to_endpoint(skb, ip6, pod, at_ingress);
+
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET6,
+		.ifindex = skb->ifindex,
+		.l4_protocol = ip6->nexthdr,
+	};
+	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || ip6->hop_limit <= 1)
+		return TC_ACT_UNSPEC;
+	ip6->hop_limit--;
+	return v6n_redirect(skb, &fib, rc);
+}
+
+/* BPF has no memcmp. */
+static __always_inline int v6n_same_addr(const __u8 a[16], const __u8 b[16])
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+/* Whether `addr` is this node's own (the FIB delivers it locally). */
+static __always_inline int v6n_is_local(struct __sk_buff *skb, const __u8 addr[16])
+{
+	struct bpf_fib_lookup fib = { .family = AF_INET6, .ifindex = skb->ifindex };
+
+	__builtin_memcpy(fib.ipv6_dst, addr, 16);
+	return bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
+/*
+ * A new connection from outside to a frontend reached from outside: picks
+ * its backend, records both directions, fills `out` with what the packet
+ * leaves as. Returns V6N_REASON_LB_TRANSLATED; V6N_REASON_PASS when the
+ * packet is for no such frontend; V6N_REASON_DROP_NO_BACKEND when it has
+ * no backend (the stack answers: a TCP reset, an ICMPv6 port unreachable).
+ */
+static __always_inline enum v6n_reason v6n_nodeport_new(struct __sk_buff *skb, const struct v6n_flow *flow,
+							 struct v6n_ct_value *out, __u64 now)
+{
+	struct v6n_service_key key = { .port = flow->key.dport, .proto = flow->key.proto };
+
+	__builtin_memcpy(key.addr, flow->key.daddr, 16);
+	struct v6n_service_value *svc = v6n_lb_frontend(&key);
+	if (!svc || !(svc->flags & V6N_SERVICE_EXTERNAL))
+		return V6N_REASON_PASS;
+	__u32 frontend = svc->id;
+	struct v6n_maglev_table *table = bpf_map_lookup_elem(&v6n_maglev, &frontend);
+	struct v6n_l4_addr *backend = NULL;
+	__u32 backend_id = 0;
+	if (table && svc->count > 0) {
+		__u32 bucket = v6n_maglev_bucket(&flow->key, svc->flags & V6N_SERVICE_AFFINITY);
+		/* The verifier cannot follow the modulo: hide it, check again. */
+		asm volatile("" : "+r"(bucket));
+		if (bucket < V6N_MAGLEV_SIZE)
+			backend_id = table->backend_ids[bucket];
+		backend = bpf_map_lookup_elem(&v6n_backends, &backend_id);
+	}
+	v6n_lb_account(frontend, backend != NULL);
+	if (!backend)
+		return V6N_REASON_DROP_NO_BACKEND;
+
+	__builtin_memcpy(out->saddr, flow->key.saddr, 16);
+	__builtin_memcpy(out->daddr, backend->addr, 16);
+	out->sport = flow->key.sport;
+	out->dport = backend->port;
+	out->backend_id = backend_id;
+	out->frontend_id = frontend;
+	out->last_seen_ns = now;
+	out->flags = 0;
+
+	struct v6n_ct_value reply = {
+		.sport = flow->key.dport,
+		.dport = flow->key.sport,
+		.frontend_id = frontend,
+		.last_seen_ns = now,
+		.flags = V6N_CT_REPLY,
+	};
+	__builtin_memcpy(reply.saddr, flow->key.daddr, 16);
+	__builtin_memcpy(reply.daddr, flow->key.saddr, 16);
+
+	struct v6n_ct_key reply_key = {};
+	if (v6n_endpoint((const struct in6_addr *)backend->addr) || v6n_is_local(skb, backend->addr)) {
+		v6n_ct_reply_key(&reply_key, out, flow->key.proto);
+		bpf_map_update_elem(&v6n_ct, &reply_key, &reply, BPF_ANY);
+	} else {
+		__u32 zero = 0;
+		struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
+		if (!cfg)
+			return V6N_REASON_DROP_NAT_PORTS;
+		__builtin_memcpy(out->saddr, cfg->masquerade_addr, 16);
+		if (v6n_masquerade_port(out, &reply, flow->key.proto) < 0)
+			return V6N_REASON_DROP_NAT_PORTS;
+	}
+	bpf_map_update_elem(&v6n_ct, &flow->key, out, BPF_ANY);
+	return V6N_REASON_LB_TRANSLATED;
+}
+
+/*
+ * The uplink's part (tc ingress): a packet of a tracked connection, or the
+ * first of a new one to a frontend reached from outside, is rewritten and
+ * handed on. Returns V6N_REASON_PASS with *action untouched for any other
+ * packet, else the reason to count and the action in *action.
+ */
+static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *skb, int *action)
+{
+	struct v6n_flow flow = {};
+	__u64 now = bpf_ktime_get_ns();
+
+	if (v6n_flow_of(skb, &flow) < 0)
+		return V6N_REASON_PASS;
+	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
+	if (entry && !(entry->flags & V6N_CT_REPLY)) {
+		/* A backend that left ends its connections: they start over. */
+		struct v6n_l4_addr *backend = bpf_map_lookup_elem(&v6n_backends, &entry->backend_id);
+		if (!backend || !v6n_same_addr(backend->addr, entry->daddr) || backend->port != entry->dport) {
+			v6n_ct_forget(&flow.key, entry);
+			entry = NULL;
+		}
+	}
+	enum v6n_reason reason = V6N_REASON_LB_TRACKED;
+	struct v6n_ct_value out;
+	if (entry) {
+		v6n_ct_touch(entry, &flow, now);
+		__builtin_memcpy(&out, entry, sizeof(out));
+	} else {
+		reason = v6n_nodeport_new(skb, &flow, &out, now);
+		if (reason == V6N_REASON_PASS)
+			return reason;
+		if (reason != V6N_REASON_LB_TRANSLATED) {
+			*action = reason == V6N_REASON_DROP_NO_BACKEND ? TC_ACT_UNSPEC : TC_ACT_SHOT;
+			return reason;
+		}
+	}
+	if (v6n_ct_rewrite(skb, &flow, &out) < 0) {
+		*action = TC_ACT_SHOT;
+		return V6N_REASON_DROP_MALFORMED;
+	}
+	*action = v6n_nodeport_deliver(skb, 1);
+	return *action == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : reason;
+}
+
+/*
+ * A reply leaving a backend on this node (pod device, or the uplink's egress
+ * for the node's own sockets): given the frontend's address back. Returns 1
+ * when the packet was rewritten, 0 when it belongs to no tracked connection,
+ * -1 when it could not be written.
+ */
+static __always_inline int v6n_nodeport_reply(struct __sk_buff *skb)
+{
+	struct v6n_flow flow = {};
+	__u64 now = bpf_ktime_get_ns();
+
+	if (v6n_flow_of(skb, &flow) < 0)
+		return 0;
+	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
+	if (!entry || !(entry->flags & V6N_CT_REPLY))
+		return 0;
+	v6n_ct_touch(entry, &flow, now);
+	struct v6n_ct_value out;
+	__builtin_memcpy(&out, entry, sizeof(out));
+	return v6n_ct_rewrite(skb, &flow, &out) < 0 ? -1 : 1;
+}
+
+#endif /* V6NODE_LIB_NODEPORT_H */
