@@ -208,3 +208,19 @@ fn maglev_spreads_clients_and_affinity_keeps_a_client_on_one_backend() {
         .collect();
     assert_eq!(given.len(), 1, "ClientIP affinity: every port of one client to one backend");
 }
+
+#[test]
+fn a_packet_for_a_socket_of_the_nodes_own_is_not_taken_for_a_new_connection() {
+    let mut node = Node::new("nodeport-own-socket", 0);
+    node.node_port(UDP, &[(POD_A, TARGET_PORT)], None);
+    // The node talks to the client from the frontend's port itself.
+    let socket = std::net::UdpSocket::bind((NODE, NODE_PORT)).expect("binding in the test's netns");
+    socket.connect((REMOTE, CLIENT_PORT)).unwrap();
+    let packet = segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false);
+    let run = node.arrived_on_uplink(&packet);
+    assert_eq!((run.verdict, run.packet), (TC_ACT_UNSPEC, packet), "left to the node's socket");
+    assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 0);
+    drop(socket);
+    let run = node.arrived_on_uplink(&segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false));
+    assert_eq!(tuple(&run.packet).2, POD_A, "without the socket, a new connection");
+}

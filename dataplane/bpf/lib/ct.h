@@ -43,7 +43,9 @@ struct v6n_flow {
 #define V6N_L3_OFFSET 14 /* Ethernet */
 #define V6N_L4_OFFSET (V6N_L3_OFFSET + sizeof(struct ipv6hdr))
 #define V6N_TCP_FIN 0x01
+#define V6N_TCP_SYN 0x02
 #define V6N_TCP_RST 0x04
+#define V6N_TCP_ACK 0x10
 
 /*
  * Reads the flow of an IPv6 packet whose transport header follows the IPv6

@@ -159,6 +159,32 @@ static __always_inline int v6n_is_local(struct __sk_buff *skb, const __u8 addr[1
 }
 
 /*
+ * Whether a packet without an entry belongs to a socket of this node's own:
+ * a reply to a connection the node opened from a port that is also a
+ * hostPort's, say. A TCP SYN opens a connection, so it never does.
+ */
+static __always_inline int v6n_own_socket(struct __sk_buff *skb, const struct v6n_flow *flow)
+{
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+
+	if (flow->key.proto == IPPROTO_TCP && (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN)
+		return 0;
+	__builtin_memcpy(tuple.ipv6.saddr, flow->key.saddr, 16);
+	__builtin_memcpy(tuple.ipv6.daddr, flow->key.daddr, 16);
+	tuple.ipv6.sport = flow->key.sport;
+	tuple.ipv6.dport = flow->key.dport;
+	if (flow->key.proto == IPPROTO_TCP)
+		sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	else
+		sk = bpf_sk_lookup_udp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	bpf_sk_release(sk);
+	return 1;
+}
+
+/*
  * A new connection from outside to a frontend reached from outside: picks
  * its backend, records both directions, fills `out` with what the packet
  * leaves as. Returns V6N_REASON_LB_TRANSLATED; V6N_REASON_PASS when the
@@ -172,7 +198,7 @@ static __always_inline enum v6n_reason v6n_nodeport_new(struct __sk_buff *skb, c
 
 	__builtin_memcpy(key.addr, flow->key.daddr, 16);
 	struct v6n_service_value *svc = v6n_lb_frontend(&key);
-	if (!svc || !(svc->flags & V6N_SERVICE_EXTERNAL))
+	if (!svc || !(svc->flags & V6N_SERVICE_EXTERNAL) || v6n_own_socket(skb, flow))
 		return V6N_REASON_PASS;
 	__u32 frontend = svc->id;
 	struct v6n_maglev_table *table = bpf_map_lookup_elem(&v6n_maglev, &frontend);
