@@ -359,9 +359,11 @@ units_hardened() {
     # systemd-analyze's exposure runs from 0 (locked down) to 10; --threshold is
     # that times ten. 2.0 is what a root service with only the capabilities it
     # needs can reach; the dataplane agent, loading BPF, is measured at 2.0 too
-    # (it may reach localhost only, until the join adds the API server).
+    # (it may reach localhost only, until the join adds the API server). The
+    # health check listener is open to the network, so it has nothing else.
     local unit report bad=0
-    for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service; do
+    for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service \
+        v6node-health-checks.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done

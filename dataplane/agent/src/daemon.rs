@@ -30,7 +30,7 @@ use crate::{
     bgp, bigtcp,
     cluster::{self, Cluster},
     endpoints::Endpoints,
-    files, logging, metrics, netdev,
+    files, health_checks, logging, metrics, netdev,
     paths::Paths,
     services::ServiceTables,
     sockets,
@@ -343,10 +343,14 @@ impl Daemon {
         }
         let Some(mut view) = cluster.services() else { return };
         cluster.report(&view);
+        if let Err(e) = health_checks::write(&self.paths, &view.health_checks) {
+            log::error!("{e:#}");
+        }
         let node_address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
         view.add_host_ports(self.endpoints.host_ports(node_address.as_slice()));
         let previous = self.state.lock().expect("state lock").services.clone();
-        let next = self.services.apply(&self.paths.pin_dir, &view, previous.as_ref());
+        let masquerade = self.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
+        let next = self.services.apply(&self.paths.pin_dir, &view, masquerade, previous.as_ref());
         if previous.as_ref() != Some(&next) {
             self.update(|s| s.services = Some(next));
         }

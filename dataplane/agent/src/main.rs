@@ -11,8 +11,10 @@ mod daemon;
 mod detach;
 mod endpoints;
 mod files;
+mod health_checks;
 mod linkinfo;
 mod logging;
+mod maglev;
 mod metrics;
 mod netdev;
 mod paths;
@@ -95,6 +97,13 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Answer load balancers' health checks (each healthCheckNodePort of a
+    /// Service with externalTrafficPolicy Local) as kube-proxy does, from
+    /// what the agent writes to health-checks.json in the state directory.
+    ///
+    /// Runs in its own unit (v6node-health-checks.service), without
+    /// capabilities: the agent itself stays closed to the network.
+    HealthChecks,
 }
 
 fn main() -> ExitCode {
@@ -106,6 +115,12 @@ fn main() -> ExitCode {
         Command::CheckConfig { files, print } => check_config(&cli.paths, &files, print),
         Command::Reload { pid } => reload::request_reload(&cli.paths, pid),
         Command::Detach { force } => detach::detach_all(&cli.paths, force).map(|()| ExitCode::SUCCESS),
+        Command::HealthChecks => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(health_checks::run(&cli.paths)))
+            .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

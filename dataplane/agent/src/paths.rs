@@ -66,6 +66,11 @@ impl Paths {
         self.state_dir.join("bird.ctl")
     }
 
+    /// The health checks `v6node-dataplane health-checks` answers.
+    pub fn health_checks_file(&self) -> PathBuf {
+        self.state_dir.join("health-checks.json")
+    }
+
     /// unbound configuration carrying nat64.prefix, for the node's DNS64.
     pub fn dns64_file(&self) -> PathBuf {
         self.state_dir.join("dns64.conf")

@@ -8,6 +8,10 @@
 //! A backend keeps its slot while it stays (so ClientIP affinity, which
 //! remembers the slot, holds); a leaving backend's slot is taken by a new
 //! one, or by the last slot when there is none.
+//!
+//! A frontend reached from outside also has a Maglev table (v6n_maglev) over
+//! the backends such connections may go to, written before its slot 0 names
+//! it external, and the uplink masquerades as the address in v6n_lb_cfg.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -18,13 +22,15 @@ use std::{
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, L4Addr, ServiceKey, ServiceStats, ServiceValue, SERVICE_AFFINITY};
+use v6node_abi::{
+    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, MAGLEV_SIZE, SERVICE_AFFINITY, SERVICE_EXTERNAL,
+};
 use v6node_k8s::{
     services::{Address, Frontend, Protocol},
     ServiceProblem, ServicesView,
 };
 
-use crate::{bpf, tables::SyncStats};
+use crate::{bpf, maglev, tables::SyncStats};
 
 /// A backend as the tables know it: its transport address.
 type BackendAddr = (std::net::Ipv6Addr, u16, u8);
@@ -37,6 +43,10 @@ struct Written {
     affinity_seconds: u32,
     /// Backend ids, slot 1 first.
     slots: Vec<u32>,
+    /// The backend ids its Maglev table was made of, in the order of their
+    /// addresses; empty: no table. `[0]`: a table of unknown content (read
+    /// from the kernel), written again.
+    maglev: Vec<u32>,
 }
 
 /// The service tables as last read or written.
@@ -44,6 +54,9 @@ struct Written {
 struct Current {
     frontends: BTreeMap<Address, Written>,
     backends: BTreeMap<BackendAddr, u32>,
+    /// Frontend ids with a Maglev table.
+    maglev: BTreeSet<u32>,
+    masquerade: Option<std::net::Ipv6Addr>,
 }
 
 #[derive(Default)]
@@ -94,6 +107,8 @@ struct Tables {
     backends: BpfHashMap<MapData, u32, L4Addr>,
     frontends: BpfHashMap<MapData, u32, L4Addr>,
     stats: PerCpuHashMap<MapData, u32, ServiceStats>,
+    maglev: BpfHashMap<MapData, u32, MaglevTable>,
+    config: BpfHashMap<MapData, u32, LbConfig>,
 }
 
 impl Tables {
@@ -103,6 +118,8 @@ impl Tables {
             backends: bpf::open_pinned_map(pin_dir, maps::BACKENDS)?,
             frontends: bpf::open_pinned_map(pin_dir, maps::FRONTENDS)?,
             stats: bpf::open_pinned_map(pin_dir, maps::SERVICE_STATS)?,
+            maglev: bpf::open_pinned_map(pin_dir, maps::MAGLEV)?,
+            config: bpf::open_pinned_map(pin_dir, maps::LB_CONFIG)?,
         })
     }
 
@@ -122,19 +139,39 @@ impl Tables {
             if key.slot == 0 {
                 current.frontends.insert(
                     address,
-                    Written { id: value.id, flags: value.flags, affinity_seconds: value.affinity_seconds, slots: Vec::new() },
+                    Written {
+                        id: value.id,
+                        flags: value.flags,
+                        affinity_seconds: value.affinity_seconds,
+                        slots: Vec::new(),
+                        maglev: Vec::new(),
+                    },
                 );
             } else {
                 slots.entry(address).or_default().insert(key.slot, value.backend_id);
             }
         }
         for (address, slots) in slots {
-            let written =
-                current.frontends.entry(address).or_insert(Written { id: 0, flags: 0, affinity_seconds: 0, slots: vec![] });
+            let written = current.frontends.entry(address).or_insert(Written {
+                id: 0,
+                flags: 0,
+                affinity_seconds: 0,
+                slots: vec![],
+                maglev: vec![],
+            });
             let last = slots.keys().next_back().copied().unwrap_or(0);
             // A hole (an interrupted sync) reads as backend 0, which no backend has.
             written.slots = (1..=last).map(|slot| slots.get(&slot).copied().unwrap_or(0)).collect();
         }
+        for id in self.maglev.keys() {
+            current.maglev.insert(id.context("reading v6n_maglev")?);
+        }
+        for written in current.frontends.values_mut() {
+            if current.maglev.contains(&written.id) {
+                written.maglev = vec![0];
+            }
+        }
+        current.masquerade = self.config.get(&0, 0).ok().map(|c| c.masquerade_addr.into());
         Ok(current)
     }
 }
@@ -192,8 +229,14 @@ impl ServiceTables {
     /// Syncs the tables to `view` and says what changed against `previous`
     /// (the journal gets the counts and every new problem); a failed sync
     /// keeps `previous` with the error, so `status` shows both.
-    pub fn apply(&mut self, pin_dir: &Path, view: &ServicesView, previous: Option<&ServicesState>) -> ServicesState {
-        let next = match self.sync(pin_dir, view) {
+    pub fn apply(
+        &mut self,
+        pin_dir: &Path,
+        view: &ServicesView,
+        masquerade: Option<std::net::Ipv6Addr>,
+        previous: Option<&ServicesState>,
+    ) -> ServicesState {
+        let next = match self.sync(pin_dir, view, masquerade) {
             Ok(next) => next,
             Err(e) => {
                 log::error!("syncing {} service frontend(s): {e:#}", view.frontends.len());
@@ -221,15 +264,20 @@ impl ServiceTables {
     /// Makes the tables hold exactly `view`. On an error the tables hold a
     /// mix of before and after that is still consistent per frontend, and
     /// the next sync reads them again.
-    fn sync(&mut self, pin_dir: &Path, view: &ServicesView) -> Result<ServicesState> {
-        let result = self.sync_inner(pin_dir, view);
+    fn sync(&mut self, pin_dir: &Path, view: &ServicesView, masquerade: Option<std::net::Ipv6Addr>) -> Result<ServicesState> {
+        let result = self.sync_inner(pin_dir, view, masquerade);
         if result.is_err() {
             self.current = None;
         }
         result
     }
 
-    fn sync_inner(&mut self, pin_dir: &Path, view: &ServicesView) -> Result<ServicesState> {
+    fn sync_inner(
+        &mut self,
+        pin_dir: &Path,
+        view: &ServicesView,
+        masquerade: Option<std::net::Ipv6Addr>,
+    ) -> Result<ServicesState> {
         let mut tables = Tables::open(pin_dir)?;
         let started = Instant::now();
         if self.current.is_none() {
@@ -240,12 +288,24 @@ impl ServiceTables {
         let started = Instant::now();
         let mut stats = SyncStats { entries: view.frontends.len(), read_micros, ..SyncStats::default() };
 
+        // The masquerade address before any table names a remote backend.
+        if current.masquerade != masquerade {
+            match masquerade {
+                Some(addr) => tables
+                    .config
+                    .insert(0, LbConfig { masquerade_addr: addr.octets() }, 0)
+                    .with_context(|| format!("setting the masquerade address {addr}"))?,
+                None => remove(&mut tables.config, &0)?,
+            }
+            current.masquerade = masquerade;
+        }
+
         // Backends: ids kept, new ones given the lowest free id, written first.
         let mut used: BTreeSet<u32> = current.backends.values().copied().collect();
         let mut backend_ids = Ids { used: &mut used, cursor: 0 };
         let mut wanted_backends: BTreeSet<BackendAddr> = BTreeSet::new();
         for frontend in &view.frontends {
-            for b in &frontend.backends {
+            for b in frontend.backends.iter().chain(frontend.from_outside.iter().flatten()) {
                 let addr = (b.ip, b.port, frontend.address.protocol.number());
                 wanted_backends.insert(addr);
                 if let std::collections::btree_map::Entry::Vacant(slot) = current.backends.entry(addr) {
@@ -281,14 +341,30 @@ impl ServiceTables {
             let wanted: BTreeSet<u32> = frontend.backends.iter().map(|b| current.backends[&(b.ip, b.port, proto)]).collect();
             let old_slots = old.as_ref().map(|w| w.slots.clone()).unwrap_or_default();
             let slots = place(&old_slots, &wanted);
+            let mut flags = if frontend.affinity_seconds.is_some() { SERVICE_AFFINITY as u16 } else { 0 };
+            if frontend.from_outside.is_some() {
+                flags |= SERVICE_EXTERNAL as u16;
+            }
+            // Sorted by address (the view's order): the same on every node.
+            let maglev: Vec<u32> =
+                frontend.from_outside.iter().flatten().map(|b| current.backends[&(b.ip, b.port, proto)]).collect();
             let next = Written {
                 id,
-                flags: if frontend.affinity_seconds.is_some() { SERVICE_AFFINITY as u16 } else { 0 },
+                flags,
                 affinity_seconds: frontend.affinity_seconds.unwrap_or(0),
                 slots: slots.clone(),
+                maglev: maglev.clone(),
             };
             if old.as_ref() != Some(&next) {
+                let old_maglev = old.as_ref().map(|w| w.maglev.clone()).unwrap_or_default();
+                if !maglev.is_empty() && maglev != old_maglev {
+                    write_maglev(&mut tables, frontend, id, &maglev)?;
+                    current.maglev.insert(id);
+                }
                 write_frontend(&mut tables, frontend, &old_slots, &next)?;
+                if maglev.is_empty() && current.maglev.remove(&id) {
+                    remove(&mut tables.maglev, &id)?;
+                }
                 match old {
                     Some(_) => stats.updated += 1,
                     None => stats.inserted += 1,
@@ -310,8 +386,17 @@ impl ServiceTables {
             if written.id != 0 {
                 remove(&mut tables.frontends, &written.id)?;
                 let _ = tables.stats.remove(&written.id);
+                if current.maglev.remove(&written.id) {
+                    remove(&mut tables.maglev, &written.id)?;
+                }
             }
             stats.removed += 1;
+        }
+        // Tables of frontends that are gone (an interrupted sync).
+        let live: BTreeSet<u32> = current.frontends.values().map(|w| w.id).collect();
+        for id in current.maglev.iter().filter(|id| !live.contains(id)).copied().collect::<Vec<_>>() {
+            remove(&mut tables.maglev, &id)?;
+            current.maglev.remove(&id);
         }
         // Backends no frontend names any more.
         let stale: Vec<BackendAddr> = current.backends.keys().filter(|b| !wanted_backends.contains(b)).copied().collect();
@@ -328,6 +413,31 @@ impl ServiceTables {
             error: None,
         })
     }
+}
+
+/// A frontend's Maglev table over `backend_ids` (in the order of their
+/// addresses), one atomic update: a packet sees the old table or the new.
+fn write_maglev(tables: &mut Tables, frontend: &Frontend, id: u32, backend_ids: &[u32]) -> Result<()> {
+    let names: Vec<[u8; 18]> = frontend
+        .from_outside
+        .iter()
+        .flatten()
+        .map(|b| {
+            let mut name = [0u8; 18];
+            name[..16].copy_from_slice(&b.ip.octets());
+            name[16..].copy_from_slice(&b.port.to_be_bytes());
+            name
+        })
+        .collect();
+    let buckets = maglev::table(&names, MAGLEV_SIZE as usize);
+    let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
+    for (slot, index) in table.backend_ids.iter_mut().zip(buckets) {
+        *slot = backend_ids[index as usize];
+    }
+    tables
+        .maglev
+        .insert(id, table, 0)
+        .with_context(|| format!("writing the Maglev table of {} ({})", frontend.address, frontend.service))
 }
 
 /// One frontend: changed slots, then slot 0, then slots past the new count.

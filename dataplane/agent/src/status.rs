@@ -402,13 +402,19 @@ fn services_section(out: &mut String, status: &Status) {
                 f.address.to_string(),
                 if backends.is_empty() { "none (refused)".into() } else { backends.join(" ") },
                 f.affinity_seconds.map_or("-".into(), |s| format!("{s}s")),
+                match &f.from_outside {
+                    None => "-".into(),
+                    Some(outside) if outside.is_empty() => "none (refused)".into(),
+                    Some(outside) if *outside == f.backends => "all".into(),
+                    Some(outside) => format!("{} of {}", outside.len(), f.backends.len()),
+                },
                 translated.to_string(),
                 refused.to_string(),
             ]
         })
         .collect();
     if !rows.is_empty() {
-        table(out, &["SERVICE", "KIND", "FRONTEND", "BACKENDS", "AFFINITY", "TRANSLATED", "REFUSED"], &rows);
+        table(out, &["SERVICE", "KIND", "FRONTEND", "BACKENDS", "AFFINITY", "FROM OUTSIDE", "TRANSLATED", "REFUSED"], &rows);
     }
     for problem in &services.recorded.problems {
         let _ = writeln!(out, "  service {}: {}", problem.service, problem.reason);

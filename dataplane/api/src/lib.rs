@@ -68,6 +68,18 @@ impl Protocol {
     }
 }
 
+/// The address of a node's pod prefix that IPAM never gives a pod: the
+/// prefix's last. Connections from outside to a Service backend on another
+/// node leave this node from it (bpf/lib/nodeport.h), so the backend's
+/// replies are routed back here. None for a prefix too small to spare one.
+pub fn masquerade_address(network: std::net::Ipv6Addr, prefix_len: u8) -> Option<std::net::Ipv6Addr> {
+    if prefix_len >= 127 {
+        return None;
+    }
+    let host_bits = u128::MAX >> prefix_len;
+    Some((u128::from(network) | host_bits).into())
+}
+
 /// A pod's hostPort, as the runtime hands it to CNI (`portMappings`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortMapping {
@@ -197,6 +209,14 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Respo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_masquerade_address_is_the_prefixs_last() {
+        let net: std::net::Ipv6Addr = "fd00:10:244:1::".parse().unwrap();
+        assert_eq!(masquerade_address(net, 64), Some("fd00:10:244:1:ffff:ffff:ffff:ffff".parse().unwrap()));
+        assert_eq!(masquerade_address(net, 120), Some("fd00:10:244:1::ff".parse().unwrap()));
+        assert_eq!(masquerade_address(net, 127), None);
+    }
 
     #[test]
     fn requests_are_tagged_by_operation() {

@@ -100,6 +100,7 @@ impl Ipam {
         }
         let base = u128::from(self.net.network());
         let size = 1u128.checked_shl(128 - u32::from(self.net.prefix_len())).unwrap_or(u128::MAX);
+        let masquerade = v6node_api::masquerade_address(self.net.network(), self.net.prefix_len());
         let last_file = self.dir.join("last_reserved");
         let last = fs::read_to_string(&last_file)
             .ok()
@@ -110,12 +111,13 @@ impl Ipam {
         fs::write(&tmp, format!("{container_id}\n{ifname}\n")).with_context(|| format!("writing {}", tmp.display()))?;
         let result = (|| {
             for step in 1..=size.min(MAX_PROBES) {
-                // Offset 0 is the subnet-router anycast address (RFC 4291 2.6.1).
+                // Offset 0 is the subnet-router anycast address (RFC 4291 2.6.1);
+                // the node masquerades as the last.
                 let offset = (last + step) % size;
-                if offset == 0 {
+                let address = Ipv6Addr::from(base + offset);
+                if offset == 0 || Some(address) == masquerade {
                     continue;
                 }
-                let address = Ipv6Addr::from(base + offset);
                 match fs::hard_link(&tmp, self.dir.join(address.to_string())) {
                     Ok(()) => {
                         write_atomically(&last_file, address.to_string().as_bytes())?;
@@ -184,9 +186,9 @@ mod tests {
     fn a_full_prefix_says_so_and_wraps_around_to_freed_addresses() {
         let dir = scratch("full");
         let ipam = Ipam::new(&dir, "v6node", "fd00::/126".parse().unwrap());
-        for c in ["c1", "c2", "c3"] {
-            ipam.allocate(c, "eth0").unwrap();
-        }
+        // ::0 is the subnet-router anycast address, ::3 the node's masquerade address.
+        let given: Vec<Ipv6Addr> = ["c1", "c2"].iter().map(|c| ipam.allocate(c, "eth0").unwrap()).collect();
+        assert_eq!(given, ["fd00::1".parse::<Ipv6Addr>().unwrap(), "fd00::2".parse().unwrap()]);
         let e = ipam.allocate("c4", "eth0").unwrap_err();
         assert_eq!(e.to_string(), "no free address left in fd00::/126");
         ipam.release("c2", "eth0").unwrap();

@@ -65,6 +65,24 @@ pub struct Frontend {
     pub backends: Vec<Backend>,
     /// sessionAffinity ClientIP, with its timeout.
     pub affinity_seconds: Option<u32>,
+    /// For a frontend reached from outside the cluster (a NodePort on this
+    /// node's addresses, an external or load-balancer IP, a hostPort): the
+    /// backends such connections may go to. With `externalTrafficPolicy:
+    /// Local` only this node's, so the client's address is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_outside: Option<Vec<Backend>>,
+}
+
+/// A `healthCheckNodePort` this node answers on, as kube-proxy does: 200
+/// while the Service has endpoints on this node, 503 when it has none, so
+/// a load balancer sends `externalTrafficPolicy: Local` traffic only to
+/// nodes that keep it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    pub port: u16,
+    pub namespace: String,
+    pub name: String,
+    pub local_endpoints: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -87,6 +105,8 @@ pub struct ServicesView {
     /// Sorted by address; each address once.
     pub frontends: Vec<Frontend>,
     pub problems: Vec<ServiceProblem>,
+    /// Sorted by port; each port once.
+    pub health_checks: Vec<HealthCheck>,
 }
 
 /// One endpoint of a slice, as far as the choice of backends cares.
@@ -122,10 +142,12 @@ fn ipv6(s: &str) -> Option<Ipv6Addr> {
 }
 
 impl ServicesView {
-    /// `node` is this node's name and `node_addresses` the IPv6 addresses
-    /// NodePorts are served on (every Node's).
+    /// `node` is this node's name, `own_addresses` its IPv6 addresses and
+    /// `node_addresses` those NodePorts are served on (every Node's); only
+    /// its own are reached from outside through this node.
     pub fn build<'a>(
         node: &str,
+        own_addresses: &[Ipv6Addr],
         node_addresses: &[Ipv6Addr],
         services: impl IntoIterator<Item = &'a Service>,
         slices: impl IntoIterator<Item = &'a EndpointSlice>,
@@ -172,6 +194,7 @@ impl ServicesView {
         }
 
         let mut frontends: BTreeMap<Address, Frontend> = BTreeMap::new();
+        let mut health_checks: BTreeMap<u16, HealthCheck> = BTreeMap::new();
         for service in services {
             let Some(name) = service.metadata.name.clone() else { continue };
             let namespace = service.metadata.namespace.clone().unwrap_or_default();
@@ -230,6 +253,24 @@ impl ServicesView {
                     .unwrap_or(DEFAULT_AFFINITY_SECONDS)
             });
             let slices = by_service.get(&(namespace.clone(), name.clone()));
+            let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
+            if let Some(port) = spec.health_check_node_port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) {
+                let local_endpoints = local_endpoint_count(slices, node);
+                match health_checks.get(&port) {
+                    Some(taken) => {
+                        problems.insert(problem(
+                            &id,
+                            format!("healthCheckNodePort {port} is {}/{}'s already: ignored", taken.namespace, taken.name),
+                        ));
+                    }
+                    None => {
+                        health_checks.insert(
+                            port,
+                            HealthCheck { port, namespace: namespace.clone(), name: name.clone(), local_endpoints },
+                        );
+                    }
+                }
+            }
             for port in spec.ports.iter().flatten() {
                 let port_name = port.name.clone().unwrap_or_default();
                 let proto = match protocol(port.protocol.as_deref()) {
@@ -243,6 +284,8 @@ impl ServicesView {
                 let (cluster_backends, clamped) = choose_backends(slices, &port_name, proto, node, node_local);
                 let all_backends =
                     if node_local { choose_backends(slices, &port_name, proto, node, false).0 } else { cluster_backends.clone() };
+                let outside_backends =
+                    if external_local { choose_backends(slices, &port_name, proto, node, true).0 } else { all_backends.clone() };
                 if clamped {
                     problems.insert(problem(
                         &id,
@@ -252,7 +295,7 @@ impl ServicesView {
                         ),
                     ));
                 }
-                let mut add = |ip: Ipv6Addr, port: u16, kind: FrontendKind, backends: &Vec<Backend>| {
+                let mut add = |ip: Ipv6Addr, port: u16, kind: FrontendKind, backends: &Vec<Backend>, outside: bool| {
                     let address = Address { ip, port, protocol: proto };
                     match frontends.get(&address) {
                         Some(taken) if taken.service != id => {
@@ -267,30 +310,35 @@ impl ServicesView {
                                 kind,
                                 backends: backends.clone(),
                                 affinity_seconds,
+                                from_outside: outside.then(|| outside_backends.clone()),
                             };
                             frontends.insert(address, frontend);
                         }
                     }
                 };
                 for &vip in &vips {
-                    add(vip, number, FrontendKind::ClusterIp, &cluster_backends);
+                    add(vip, number, FrontendKind::ClusterIp, &cluster_backends, false);
                 }
                 // Pods and the node reach external frontends as kube-proxy
                 // sends its own nodes' traffic: to any endpoint of the Service.
                 for &ip in &externals {
-                    add(ip, number, FrontendKind::ExternalIp, &all_backends);
+                    add(ip, number, FrontendKind::ExternalIp, &all_backends, true);
                 }
                 for &ip in &balancers {
-                    add(ip, number, FrontendKind::LoadBalancer, &all_backends);
+                    add(ip, number, FrontendKind::LoadBalancer, &all_backends, true);
                 }
                 if let Some(node_port) = port.node_port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) {
                     for &ip in node_addresses {
-                        add(ip, node_port, FrontendKind::NodePort, &all_backends);
+                        add(ip, node_port, FrontendKind::NodePort, &all_backends, own_addresses.contains(&ip));
                     }
                 }
             }
         }
-        ServicesView { frontends: frontends.into_values().collect(), problems: problems.into_iter().collect() }
+        ServicesView {
+            frontends: frontends.into_values().collect(),
+            problems: problems.into_iter().collect(),
+            health_checks: health_checks.into_values().collect(),
+        }
     }
 }
 
@@ -323,6 +371,7 @@ impl ServicesView {
                         kind: FrontendKind::HostPort,
                         backends: vec![port.backend],
                         affinity_seconds: None,
+                        from_outside: Some(vec![port.backend]),
                     },
                 ),
             }
@@ -334,6 +383,19 @@ impl ServicesView {
 
 fn problem(service: &str, reason: String) -> ServiceProblem {
     ServiceProblem { service: service.to_string(), reason }
+}
+
+/// How many endpoints of a Service are on `node` and would be used: ready,
+/// or serving and terminating while none of them is ready (kube-proxy's
+/// count for its health check).
+fn local_endpoint_count(slices: Option<&Slices>, node: &str) -> usize {
+    let Some(slices) = slices else { return 0 };
+    let local: Vec<&Endpoint> = slices.endpoints.iter().filter(|e| e.node.as_deref() == Some(node)).collect();
+    let ready: BTreeSet<Ipv6Addr> = local.iter().filter(|e| e.ready).map(|e| e.ip).collect();
+    if !ready.is_empty() {
+        return ready.len();
+    }
+    local.iter().filter(|e| e.serving && e.terminating).map(|e| e.ip).collect::<BTreeSet<_>>().len()
 }
 
 /// The backends of one Service port: ready endpoints, or the serving and

@@ -175,10 +175,16 @@ impl ClusterWatch {
             nodes.iter().flat_map(|n| crate::cluster::internal_ipv6(n).collect::<Vec<_>>()).collect();
         node_addresses.sort();
         node_addresses.dedup();
+        let own_addresses: Vec<std::net::Ipv6Addr> = nodes
+            .iter()
+            .filter(|n| n.metadata.name.as_deref() == Some(self.settings.node_name.as_str()))
+            .flat_map(|n| crate::cluster::internal_ipv6(n).collect::<Vec<_>>())
+            .collect();
         let services = self.services.state();
         let slices = self.slices.state();
         Some(ServicesView::build(
             &self.settings.node_name,
+            &own_addresses,
             &node_addresses,
             services.iter().map(|s| s.as_ref()),
             slices.iter().map(|s| s.as_ref()),

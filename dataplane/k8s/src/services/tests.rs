@@ -59,7 +59,7 @@ fn multiport_service_with_the_same_port_on_tcp_and_udp_maps_each_to_its_target()
                { "name": "metrics", "port": 9153, "protocol": "TCP" }]),
         &[("fd00:10:244:a::5", NODE, true, true, false), ("fd00:10:244:b::6", "node-b", true, true, false)],
     );
-    let view = ServicesView::build(NODE, &[], [&svc], [&eps]);
+    let view = ServicesView::build(NODE, &[], &[], [&svc], [&eps]);
     assert_eq!(view.frontends.len(), 3, "{view:#?}");
     let want = vec![("fd00:10:244:a::5".to_string(), 5353), ("fd00:10:244:b::6".to_string(), 5353)];
     assert_eq!(backends(at(&view, "fd00:96::a", 53, Protocol::Udp)), want);
@@ -82,11 +82,11 @@ fn only_ready_endpoints_and_serving_terminating_ones_only_while_none_is_ready() 
             ("fd00::3", NODE, false, false, false), // not ready
         ],
     );
-    let view = ServicesView::build(NODE, &[], [&svc], [&mixed]);
+    let view = ServicesView::build(NODE, &[], &[], [&svc], [&mixed]);
     assert_eq!(backends(at(&view, "fd00:96::b", 80, Protocol::Tcp)), vec![("fd00::1".into(), 8080)]);
 
     let draining = slice("web", "web-1", ports, &[("fd00::2", NODE, false, true, true), ("fd00::3", NODE, false, false, true)]);
-    let view = ServicesView::build(NODE, &[], [&svc], [&draining]);
+    let view = ServicesView::build(NODE, &[], &[], [&svc], [&draining]);
     let frontend = at(&view, "fd00:96::b", 80, Protocol::Tcp);
     assert_eq!(backends(frontend), vec![("fd00::2".into(), 8080)]);
     assert!(frontend.backends[0].terminating);
@@ -95,7 +95,7 @@ fn only_ready_endpoints_and_serving_terminating_ones_only_while_none_is_ready() 
 #[test]
 fn a_service_without_endpoints_is_a_frontend_with_no_backend_so_it_refuses() {
     let svc = service("empty", json!({ "clusterIPs": ["fd00:96::c"], "ports": [{ "port": 80 }] }));
-    let view = ServicesView::build(NODE, &[], [&svc], []);
+    let view = ServicesView::build(NODE, &[], &[], [&svc], []);
     assert!(at(&view, "fd00:96::c", 80, Protocol::Tcp).backends.is_empty());
 }
 
@@ -112,7 +112,7 @@ fn internal_traffic_policy_local_keeps_to_this_nodes_endpoints_for_cluster_ips_o
         json!([{ "port": 80 }]),
         &[("fd00::a", NODE, true, true, false), ("fd00::b", "node-b", true, true, false)],
     );
-    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], [&svc], [&eps]);
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], &[ip("fd00:9::a")], [&svc], [&eps]);
     assert_eq!(backends(at(&view, "fd00:96::d", 80, Protocol::Tcp)), vec![("fd00::a".into(), 80)]);
     assert_eq!(at(&view, "fd00:9::a", 30080, Protocol::Tcp).backends.len(), 2);
     assert_eq!(at(&view, "fd00:9::a", 30080, Protocol::Tcp).kind, FrontendKind::NodePort);
@@ -127,7 +127,7 @@ fn node_ports_external_and_load_balancer_ips_are_frontends_too() {
     );
     svc.status = serde_json::from_value(json!({ "loadBalancer": { "ingress": [{ "ip": "2001:db8:1b::1" }] } })).unwrap();
     let eps = slice("lb", "lb-1", json!([{ "port": 8443 }]), &[("fd00::e", "node-b", true, true, false)]);
-    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], [&svc], [&eps]);
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], &[ip("fd00:9::a")], [&svc], [&eps]);
     for (addr, port, kind) in [
         ("fd00:96::e", 443, FrontendKind::ClusterIp),
         ("2001:db8::e", 443, FrontendKind::ExternalIp),
@@ -152,7 +152,7 @@ fn session_affinity_carries_its_timeout_or_kube_proxys_default() {
     let default =
         service("sticky2", json!({ "clusterIPs": ["fd00:96::10"], "sessionAffinity": "ClientIP", "ports": [{ "port": 80 }] }));
     let plain = service("plain", json!({ "clusterIPs": ["fd00:96::11"], "ports": [{ "port": 80 }] }));
-    let view = ServicesView::build(NODE, &[], [&timed, &default, &plain], []);
+    let view = ServicesView::build(NODE, &[], &[], [&timed, &default, &plain], []);
     assert_eq!(at(&view, "fd00:96::f", 80, Protocol::Tcp).affinity_seconds, Some(30));
     assert_eq!(at(&view, "fd00:96::10", 80, Protocol::Tcp).affinity_seconds, Some(DEFAULT_AFFINITY_SECONDS));
     assert_eq!(at(&view, "fd00:96::11", 80, Protocol::Tcp).affinity_seconds, None);
@@ -164,7 +164,7 @@ fn other_proxies_services_headless_and_external_names_are_left_alone() {
     other.metadata.labels = Some([("service.kubernetes.io/service-proxy-name".to_string(), "other".to_string())].into());
     let headless = service("headless", json!({ "clusterIP": "None", "clusterIPs": ["None"], "ports": [{ "port": 80 }] }));
     let external = service("ext", json!({ "type": "ExternalName", "externalName": "example.org" }));
-    let view = ServicesView::build(NODE, &[], [&other, &headless, &external], []);
+    let view = ServicesView::build(NODE, &[], &[], [&other, &headless, &external], []);
     assert!(view.frontends.is_empty(), "{view:#?}");
     assert!(view.problems.is_empty(), "{:?}", view.problems);
 }
@@ -178,7 +178,7 @@ fn ipv4_cluster_ips_endpoints_and_sctp_are_refused_with_the_reason() {
         "addressType": "IPv4", "ports": [{ "port": 80 }], "endpoints": [{ "addresses": ["10.0.0.1"] }],
     }))
     .unwrap();
-    let view = ServicesView::build(NODE, &[], [&v4, &sctp], [&v4_slice]);
+    let view = ServicesView::build(NODE, &[], &[], [&v4, &sctp], [&v4_slice]);
     assert!(view.frontends.is_empty(), "{view:#?}");
     let reasons: Vec<String> = view.problems.iter().map(|p| format!("{}: {}", p.service, p.reason)).collect();
     assert_eq!(reasons.len(), 3, "{reasons:?}");
@@ -194,7 +194,7 @@ fn more_endpoints_than_a_frontend_holds_are_clamped_with_a_reason() {
     let endpoints: Vec<(&str, &str, bool, bool, bool)> =
         addresses.iter().map(|a| (a.as_str(), NODE, true, true, false)).collect();
     let eps = slice("big", "big-1", json!([{ "port": 80 }]), &endpoints);
-    let view = ServicesView::build(NODE, &[], [&svc], [&eps]);
+    let view = ServicesView::build(NODE, &[], &[], [&svc], [&eps]);
     assert_eq!(at(&view, "fd00:96::40", 80, Protocol::Tcp).backends.len(), BACKENDS_PER_FRONTEND_MAX);
     assert!(view.problems.iter().any(|p| p.reason.contains("more than 4096 endpoints")), "{:?}", view.problems);
 }
@@ -203,7 +203,7 @@ fn more_endpoints_than_a_frontend_holds_are_clamped_with_a_reason() {
 fn the_same_address_claimed_by_two_services_goes_to_the_first_by_name() {
     let a = service("a", json!({ "clusterIPs": ["fd00:96::50"], "externalIPs": ["2001:db8::50"], "ports": [{ "port": 80 }] }));
     let b = service("b", json!({ "clusterIPs": ["fd00:96::51"], "externalIPs": ["2001:db8::50"], "ports": [{ "port": 80 }] }));
-    let view = ServicesView::build(NODE, &[], [&a, &b], []);
+    let view = ServicesView::build(NODE, &[], &[], [&a, &b], []);
     assert_eq!(at(&view, "2001:db8::50", 80, Protocol::Tcp).service, "default/a");
     assert!(
         view.problems.iter().any(|p| p.service == "default/b" && p.reason.contains("default/a's already")),
@@ -217,7 +217,7 @@ fn node_ports_are_served_on_every_nodes_address() {
     let svc =
         service("np", json!({ "type": "NodePort", "clusterIPs": ["fd00:96::f"], "ports": [{ "port": 80, "nodePort": 30080 }] }));
     let eps = slice("np", "np-1", json!([{ "port": 8080 }]), &[("fd00::f", "node-b", true, true, false)]);
-    let view = ServicesView::build(NODE, &[ip("fd00:9::a"), ip("fd00:9::b")], [&svc], [&eps]);
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], &[ip("fd00:9::a"), ip("fd00:9::b")], [&svc], [&eps]);
     for node in ["fd00:9::a", "fd00:9::b"] {
         assert_eq!(backends(at(&view, node, 30080, Protocol::Tcp)), vec![("fd00::f".into(), 8080)]);
     }
@@ -226,7 +226,7 @@ fn node_ports_are_served_on_every_nodes_address() {
 #[test]
 fn host_ports_are_frontends_of_their_pod_unless_a_service_has_the_address() {
     let svc = service("web", json!({ "clusterIPs": ["fd00:96::a"], "ports": [{ "port": 80 }] }));
-    let mut view = ServicesView::build(NODE, &[], [&svc], []);
+    let mut view = ServicesView::build(NODE, &[], &[], [&svc], []);
     let host_port = |pod: &str, addr: &str, port: u16| HostPort {
         pod: pod.into(),
         address: Address { ip: ip(addr), port, protocol: Protocol::Tcp },
@@ -250,4 +250,70 @@ fn host_ports_are_frontends_of_their_pod_unless_a_service_has_the_address() {
         ]
     );
     assert!(view.frontends.windows(2).all(|w| w[0].address < w[1].address), "still sorted by address");
+}
+
+#[test]
+fn only_frontends_reached_through_this_node_take_connections_from_outside() {
+    let mut svc = service(
+        "web",
+        json!({ "type": "LoadBalancer", "clusterIPs": ["fd00:96::f"], "externalIPs": ["2001:db8::f"],
+                "ports": [{ "port": 80, "nodePort": 30080 }] }),
+    );
+    svc.status = serde_json::from_value(json!({ "loadBalancer": { "ingress": [{ "ip": "2001:db8:1b::f" }] } })).unwrap();
+    let eps = slice(
+        "web",
+        "w-1",
+        json!([{ "port": 8080 }]),
+        &[("fd00::a", NODE, true, true, false), ("fd00::b", "node-b", true, true, false)],
+    );
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], &[ip("fd00:9::a"), ip("fd00:9::b")], [&svc], [&eps]);
+    assert_eq!(at(&view, "fd00:96::f", 80, Protocol::Tcp).from_outside, None, "a ClusterIP is not");
+    assert_eq!(at(&view, "fd00:9::b", 30080, Protocol::Tcp).from_outside, None, "another node's NodePort is not");
+    for (addr, port) in [("fd00:9::a", 30080), ("2001:db8::f", 80), ("2001:db8:1b::f", 80)] {
+        let outside = at(&view, addr, port, Protocol::Tcp).from_outside.as_ref().expect(addr);
+        assert_eq!(outside.len(), 2, "{addr}: externalTrafficPolicy Cluster takes every endpoint");
+    }
+    assert!(view.health_checks.is_empty(), "no healthCheckNodePort with policy Cluster");
+}
+
+#[test]
+fn external_traffic_policy_local_keeps_outside_connections_here_and_answers_health_checks() {
+    let local = |name: &str, port: u16, health: u16| {
+        service(
+            name,
+            json!({ "type": "LoadBalancer", "clusterIPs": ["fd00:96::1"], "externalTrafficPolicy": "Local",
+                    "healthCheckNodePort": health, "ports": [{ "port": 80, "nodePort": port }] }),
+        )
+    };
+    let (here, elsewhere, clash) = (local("here", 30081, 32001), local("elsewhere", 30082, 32002), local("clash", 30083, 32001));
+    let eps_here = slice(
+        "here",
+        "h-1",
+        json!([{ "port": 8080 }]),
+        &[("fd00::a", NODE, true, true, false), ("fd00::c", NODE, true, true, false), ("fd00::b", "node-b", true, true, false)],
+    );
+    let eps_elsewhere = slice("elsewhere", "e-1", json!([{ "port": 8080 }]), &[("fd00::d", "node-b", true, true, false)]);
+    let view = ServicesView::build(
+        NODE,
+        &[ip("fd00:9::a")],
+        &[ip("fd00:9::a")],
+        [&here, &elsewhere, &clash],
+        [&eps_here, &eps_elsewhere],
+    );
+
+    let node_port = at(&view, "fd00:9::a", 30081, Protocol::Tcp);
+    assert_eq!(node_port.backends.len(), 3, "pods and the node still reach every endpoint");
+    let outside: Vec<_> = node_port.from_outside.iter().flatten().map(|b| b.ip.to_string()).collect();
+    assert_eq!(outside, ["fd00::a", "fd00::c"]);
+    assert_eq!(at(&view, "fd00:9::a", 30082, Protocol::Tcp).from_outside, Some(vec![]), "none here: refused from outside");
+
+    let checks: Vec<_> = view.health_checks.iter().map(|h| (h.port, h.name.as_str(), h.local_endpoints)).collect();
+    assert_eq!(checks, [(32001, "here", 2), (32002, "elsewhere", 0)]);
+    assert!(
+        view.problems
+            .iter()
+            .any(|p| p.service == "default/clash" && p.reason.contains("healthCheckNodePort 32001 is default/here's")),
+        "{:?}",
+        view.problems
+    );
 }

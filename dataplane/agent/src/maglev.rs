@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Maglev's lookup table (Eisenbud et al., "Maglev: A Fast and Reliable
+//! Software Network Load Balancer", NSDI 2016, section 3.4): which backend
+//! each hash bucket of a frontend reached from outside goes to.
+//!
+//! Every node computes the table from the same backends and gets the same
+//! table, so a connection that an ECMP change moves to another node finds
+//! its backend there too; a backend that leaves moves little more than its
+//! own buckets. That holds across agent versions only while this file's
+//! hash and fill order stay as they are: the golden test pins them.
+
+/// FNV-1a (64 bit) of `seed` followed by `bytes`: a fixed, documented hash,
+/// unlike std's hashers, whose output may change between Rust releases.
+fn fnv1a(seed: u8, bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in std::iter::once(&seed).chain(bytes) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// The table of `size` buckets (a prime) over `backends`, each named by
+/// bytes that are the same on every node (its address and port): the index
+/// into `backends` of each bucket. Empty without backends.
+pub fn table<B: AsRef<[u8]>>(backends: &[B], size: usize) -> Vec<u32> {
+    if backends.is_empty() {
+        return Vec::new();
+    }
+    let m = size as u64;
+    let permutations: Vec<(u64, u64)> =
+        backends.iter().map(|b| (fnv1a(0, b.as_ref()) % m, fnv1a(1, b.as_ref()) % (m - 1) + 1)).collect();
+    let mut next = vec![0u64; backends.len()];
+    let mut buckets = vec![u32::MAX; size];
+    let mut filled = 0;
+    loop {
+        for (i, (offset, skip)) in permutations.iter().enumerate() {
+            let mut bucket = ((offset + next[i] * skip) % m) as usize;
+            while buckets[bucket] != u32::MAX {
+                next[i] += 1;
+                bucket = ((offset + next[i] * skip) % m) as usize;
+            }
+            buckets[bucket] = i as u32;
+            next[i] += 1;
+            filled += 1;
+            if filled == size {
+                return buckets;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| format!("[fd00:10:244::{i:x}]:8080").into_bytes()).collect()
+    }
+
+    #[test]
+    fn every_bucket_is_filled_and_backends_share_them_evenly() {
+        let size = v6node_abi::MAGLEV_SIZE as usize;
+        for n in [1, 2, 3, 10, 100] {
+            let table = table(&names(n), size);
+            assert_eq!(table.len(), size);
+            let mut counts = vec![0usize; n];
+            for &i in &table {
+                counts[i as usize] += 1;
+            }
+            let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+            // Maglev's round-robin fill keeps every share within one bucket.
+            assert!(max - min <= 1, "{n} backends: shares from {min} to {max}");
+        }
+        assert!(table(&Vec::<Vec<u8>>::new(), size).is_empty());
+    }
+
+    #[test]
+    fn a_leaving_backend_moves_little_more_than_its_own_buckets() {
+        let size = v6node_abi::MAGLEV_SIZE as usize;
+        let before = names(10);
+        let after: Vec<Vec<u8>> = before.iter().filter(|b| **b != before[3]).cloned().collect();
+        let (old, new) = (table(&before, size), table(&after, size));
+        let moved = old.iter().zip(&new).filter(|(o, n)| **o != 3 && before[**o as usize] != after[**n as usize]).count();
+        // Its own tenth moves by definition; the paper measured a few percent more.
+        assert!(moved * 100 / size < 10, "{moved} of {size} buckets of staying backends moved");
+    }
+
+    #[test]
+    fn the_table_is_the_same_on_every_node_and_in_every_version() {
+        // Pinned: a change here breaks connections across a rolling upgrade.
+        let table = table(&names(3), 7);
+        assert_eq!(table, [2, 2, 1, 0, 1, 0, 0]);
+        // FNV-1a's published test vectors ("a", "foobar").
+        assert_eq!(fnv1a(b'a', b""), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b'f', b"oobar"), 0x8594_4171_f739_67e8);
+    }
+}
