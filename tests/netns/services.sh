@@ -94,7 +94,8 @@ def udp():
 threading.Thread(target=udp, daemon=True).start()
 class Name(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = (name + "\n").encode()
+        # /peer: who the connection came from, as the pod sees it.
+        body = ((self.client_address[0] if self.path == "/peer" else name) + "\n").encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -123,7 +124,7 @@ cat >"$root/usr/lib/v6node/dataplane.toml" <<EOF
 [services]
 cgroup = "$cg"
 [attach]
-devices = []
+devices = ["eth0"]
 [bigtcp]
 devices = []
 [kubernetes]
@@ -341,6 +342,67 @@ only_its_host_ip() { in_cgroup "$node" curl -s -m 3 -o /dev/null "http://[fd00:9
 pass_if "54323 is not served on the node's other address (its hostIP is ::1)" only_its_host_ip
 udp_host_port() { from_pod python3 "$work/udp.py" fd00:9::a 54324 | grep -E '^pod-h query from \[fd00:9::a\]:54324$'; }
 pass_if "another pod -> UDP hostPort 54324 on the node's address (no hostIP: every address): pod-h answers from it" udp_host_port
+
+# --- from outside the cluster: the uplink translates per packet ----------------
+# The control plane's namespace is outside: no socket hook sees its
+# connections, they reach node-a's eth0 as a router would bring them.
+from_outside() { ip netns exec "$gw_ns" "$@"; }
+udp_host_port_outside() { from_outside python3 "$work/udp.py" fd00:9::a 54324 | grep -E '^pod-h query from \[fd00:9::a\]:54324$'; }
+pass_if "from outside -> UDP hostPort 54324 on the node's address: pod-h answers, from that address" udp_host_port_outside
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: edge, namespace: default }
+spec:
+  type: LoadBalancer
+  clusterIP: fd00:10:96::90
+  clusterIPs: ["fd00:10:96::90"]
+  ipFamilies: [IPv6]
+  externalTrafficPolicy: Local
+  healthCheckNodePort: 32091
+  ports: [{ name: http, port: 80, targetPort: 8080, nodePort: 30090, protocol: TCP }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: edge-1
+  namespace: default
+  labels: { kubernetes.io/service-name: edge, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv6
+ports: [{ name: http, port: 8080, protocol: TCP }]
+endpoints: [{ addresses: ["$pod_h"], nodeName: node-a, conditions: { ready: true } }]
+EOF
+edge_served() { [[ "$(jq_status '.services.frontends[] | select(.address.port == 30090) | .from_outside | length')" == 1 ]]; }
+retry 20 edge_served
+client_kept() {
+    local peer
+    peer=$(from_outside curl -sS -m 3 "http://[fd00:9::a]:30090/peer")
+    echo "# pod-h saw the connection from $peer"
+    [[ "$peer" == "$cp_api" ]]
+}
+pass_if "from outside -> NodePort 30090 (externalTrafficPolicy Local): pod-h answers and sees the client's own address" \
+    client_kept
+counted_from_outside() {
+    jq_status '.counters[] | select(.direction == "ingress" and .reason == "service_translated") | .packets' | grep -qx '[1-9][0-9]*'
+}
+pass_if "counted on eth0 as service_translated (ingress)" counted_from_outside
+nsenter --net="/run/netns/$node" "$bin" health-checks >"$work/health.log" 2>&1 &
+health_check() { # health_check STATUS LOCAL_ENDPOINTS: what a load balancer is told
+    local answer
+    answer=$(from_outside curl -s -m 3 -w '\n%{http_code}' "http://[fd00:9::a]:32091/")
+    echo "# $answer"
+    [[ "$(tail -n 1 <<<"$answer")" == "$1" ]] &&
+        head -n 1 <<<"$answer" | jq -e --argjson n "$2" \
+            '.service == {namespace: "default", name: "edge"} and .localEndpoints == $n and .serviceProxyHealthy' >/dev/null
+}
+pass_if "healthCheckNodePort 32091 (v6node-dataplane health-checks): 200, one local endpoint, kube-proxy's JSON" \
+    retry 10 health_check 200 1
+kc patch endpointslice edge-1 --type=json -p '[{"op":"replace","path":"/endpoints","value":[]}]' >/dev/null
+pass_if "edge's endpoint leaves: the health check says 503, no local endpoint" retry 10 health_check 503 0
+refused_from_outside() { from_outside curl -s -m 3 -o /dev/null "http://[fd00:9::a]:30090/"; [[ $? == 7 ]]; }
+pass_if "and a connection from outside to NodePort 30090 is refused (curl exit 7), not left to time out" \
+    retry 10 refused_from_outside
+
 cni_pod_h DEL '[]' >/dev/null
 host_ports_gone() { ! jq_status '.services.frontends[].kind' | grep -qx host-port; }
 pass_if "CNI DEL: pod-h's hostPorts leave the tables" retry 10 host_ports_gone
