@@ -62,20 +62,7 @@ int v6n_from_pod(struct __sk_buff *skb)
 	if (peer)
 		return v6n_routed(skb, dir, v6n_to_endpoint(skb, ip6, peer, at_ingress));
 
-	/* tot_len 0: the kernel checks the MTU against the skb itself, which
-	 * knows about GSO; a BIG TCP packet's own length means nothing here. */
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET6,
-		.ifindex = skb->ifindex,
-		.l4_protocol = ip6->nexthdr,
-	};
-	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || ip6->hop_limit <= 1)
-		return v6n_pod_verdict(skb, dir, V6N_REASON_PASS, TC_ACT_UNSPEC);
-	ip6->hop_limit--;
-	return v6n_routed(skb, dir, v6n_redirect(skb, &fib, rc));
+	return v6n_routed(skb, dir, v6n_route6(skb, ip6));
 }
 
 SEC("classifier")

@@ -7,6 +7,7 @@
 #define V6NODE_LIB_FIB_H
 
 #include <linux/bpf.h>
+#include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
@@ -60,6 +61,30 @@ static __always_inline int v6n_redirect(struct __sk_buff *skb, struct bpf_fib_lo
 	else
 		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
 	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
+/*
+ * Routes an IPv6 packet as a router would, past the host's stack: hop limit
+ * decremented, out to the next hop the FIB names. Returns TC_ACT_UNSPEC, the
+ * packet untouched, for whatever the stack must answer (its own addresses,
+ * no route, too big, hop limit out).
+ */
+static __always_inline int v6n_route6(struct __sk_buff *skb, struct ipv6hdr *ip6)
+{
+	/* tot_len 0: the kernel checks the MTU against the skb itself, which
+	 * knows about GSO; a BIG TCP packet's own length means nothing here. */
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET6,
+		.ifindex = skb->ifindex,
+		.l4_protocol = ip6->nexthdr,
+	};
+	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || ip6->hop_limit <= 1)
+		return TC_ACT_UNSPEC;
+	ip6->hop_limit--;
+	return v6n_redirect(skb, &fib, rc);
 }
 
 #endif /* V6NODE_LIB_FIB_H */

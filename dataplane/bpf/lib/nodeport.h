@@ -127,18 +127,7 @@ static __always_inline int v6n_nodeport_deliver(struct __sk_buff *skb, int at_in
 	if (pod)
 		return v6n_to_endpoint(skb, ip6, pod, at_ingress);
 
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET6,
-		.ifindex = skb->ifindex,
-		.l4_protocol = ip6->nexthdr,
-	};
-	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || ip6->hop_limit <= 1)
-		return TC_ACT_UNSPEC;
-	ip6->hop_limit--;
-	return v6n_redirect(skb, &fib, rc);
+	return v6n_route6(skb, ip6);
 }
 
 /* BPF has no memcmp. */
