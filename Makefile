@@ -67,7 +67,8 @@ test-conformance conformance:
 ## agent against bpftool, the translator against plain forwarding and tayga,
 ## pod to pod on one node and across two (against the kernel's routing path
 ## and a single veth pair), a ClusterIP against kube-proxy (nftables and
-## iptables) and the pod's own address, then the image's build and boot
+## iptables) and the pod's own address, a NodePort from outside against the
+## pod's own address, then the image's build and boot
 ## against stock.
 bench:
 	tests/bench/dataplane
@@ -75,6 +76,7 @@ bench:
 	tests/bench/pods
 	tests/bench/nodes
 	tests/bench/services
+	tests/bench/nodeport
 	tests/bench/image
 
 clean:

@@ -224,3 +224,33 @@ fn a_packet_for_a_socket_of_the_nodes_own_is_not_taken_for_a_new_connection() {
     let run = node.arrived_on_uplink(&segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false));
     assert_eq!(tuple(&run.packet).2, POD_A, "without the socket, a new connection");
 }
+
+/// A BIG TCP segment over 64 KiB as it leaves a pod's stack: payload length
+/// 0 and a hop-by-hop header holding only the jumbo option (RFC 2675).
+fn jumbo_segment(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> Vec<u8> {
+    let mut frame = [ROUTER_MAC, UPLINK_MAC].concat();
+    frame.extend([0x86, 0xdd, 0x60, 0, 0, 0, 0, 0, 0, 64]); // payload length 0, next header: hop-by-hop
+    frame.extend(src.octets());
+    frame.extend(dst.octets());
+    frame.extend([6, 0, 0xc2, 4]);
+    frame.extend(70000u32.to_be_bytes());
+    frame.extend(sport.to_be_bytes());
+    frame.extend(dport.to_be_bytes());
+    frame.extend([0, 0, 0, 2, 0, 0, 0, 1, 0x50, 0x10, 0xff, 0xff, 0x12, 0x34, 0, 0]);
+    frame.extend([0u8; 64]);
+    frame
+}
+
+#[test]
+fn a_big_tcp_reply_with_its_jumbo_option_leaves_as_the_frontends() {
+    let mut node = Node::new("nodeport-jumbo", 0);
+    node.node_port(TCP, &[(POD_A, TARGET_PORT)], None);
+    node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+    let reply = node.sent_by_pod(&jumbo_segment(POD_A, TARGET_PORT, REMOTE, CLIENT_PORT), node.host_a);
+    assert_eq!(reply.verdict, TC_ACT_REDIRECT);
+    let out = &reply.packet;
+    let source = Ipv6Addr::from(<[u8; 16]>::try_from(&out[22..38]).unwrap());
+    let sport = u16::from_be_bytes([out[62], out[63]]);
+    assert_eq!((source, sport), (NODE, NODE_PORT), "found past the jumbo option and rewritten");
+    assert_ne!(&out[78..80], &[0x12, 0x34], "its checksum mended");
+}

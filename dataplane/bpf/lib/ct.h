@@ -36,12 +36,18 @@ struct {
  * transport checksum sits. */
 struct v6n_flow {
 	struct v6n_ct_key key;
-	__u32 csum_offset; /* from the start of the frame */
+	__u32 l4_offset;   /* from the start of the frame */
+	__u32 csum_offset;
 	__u8 tcp_flags;    /* TCP: the FIN/SYN/RST/... byte */
 };
 
 #define V6N_L3_OFFSET 14 /* Ethernet */
 #define V6N_L4_OFFSET (V6N_L3_OFFSET + sizeof(struct ipv6hdr))
+/* A BIG TCP packet over 64 KiB carries a hop-by-hop header with only the
+ * jumbo payload option (RFC 2675) while in the stack, until the device
+ * strips it: 8 bytes, payload length 0 in the IPv6 header. */
+#define V6N_JUMBO_HBH_LEN 8
+#define V6N_IPV6_TLV_JUMBO 0xc2
 #define V6N_TCP_FIN 0x01
 #define V6N_TCP_SYN 0x02
 #define V6N_TCP_RST 0x04
@@ -49,11 +55,19 @@ struct v6n_flow {
 
 /*
  * Reads the flow of an IPv6 packet whose transport header follows the IPv6
- * header directly. Returns 0, or -1 for anything else (other protocols,
- * extension headers, a transport header cut short): left untracked.
+ * header directly, or a BIG TCP packet's jumbo option. Returns 0, or -1 for
+ * anything else (other protocols, other extension headers, a transport
+ * header cut short): left untracked.
  */
 static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *flow)
 {
+	__u32 l4 = V6N_L4_OFFSET;
+	__u32 need = V6N_L4_OFFSET + V6N_JUMBO_HBH_LEN + sizeof(struct tcphdr);
+
+	/* Headers may sit in paged fragments: pull what the packet has of them. */
+	if ((void *)(long)skb->data + need > (void *)(long)skb->data_end &&
+	    bpf_skb_pull_data(skb, need < skb->len ? need : skb->len) < 0)
+		return -1;
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
@@ -61,35 +75,38 @@ static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *f
 	if ((void *)(ip6 + 1) > data_end)
 		return -1;
 	__u8 proto = ip6->nexthdr;
+	if (proto == IPPROTO_HOPOPTS) {
+		__u8 *hbh = data + V6N_L4_OFFSET;
+
+		if ((void *)(hbh + V6N_JUMBO_HBH_LEN) > data_end || ip6->payload_len != 0 || hbh[1] != 0 ||
+		    hbh[2] != V6N_IPV6_TLV_JUMBO)
+			return -1;
+		proto = hbh[0];
+		l4 += V6N_JUMBO_HBH_LEN;
+	}
 	if (proto == IPPROTO_TCP) {
-		if (data + V6N_L4_OFFSET + sizeof(struct tcphdr) > data_end) {
-			if (bpf_skb_pull_data(skb, V6N_L4_OFFSET + sizeof(struct tcphdr)) < 0)
-				return -1;
-			data = (void *)(long)skb->data;
-			data_end = (void *)(long)skb->data_end;
-			ip6 = data + V6N_L3_OFFSET;
-			if (data + V6N_L4_OFFSET + sizeof(struct tcphdr) > data_end)
-				return -1;
-		}
-		struct tcphdr *tcp = data + V6N_L4_OFFSET;
+		struct tcphdr *tcp = data + l4;
+		if ((void *)(tcp + 1) > data_end)
+			return -1;
 		flow->key.sport = tcp->source;
 		flow->key.dport = tcp->dest;
 		flow->tcp_flags = ((__u8 *)tcp)[13];
-		flow->csum_offset = V6N_L4_OFFSET + __builtin_offsetof(struct tcphdr, check);
-	} else if (proto == IPPROTO_UDP) {
-		if (data + V6N_L4_OFFSET + sizeof(struct udphdr) > data_end)
+		flow->csum_offset = l4 + __builtin_offsetof(struct tcphdr, check);
+	} else if (proto == IPPROTO_UDP && l4 == V6N_L4_OFFSET) {
+		struct udphdr *udp = data + l4;
+		if ((void *)(udp + 1) > data_end)
 			return -1;
-		struct udphdr *udp = data + V6N_L4_OFFSET;
 		flow->key.sport = udp->source;
 		flow->key.dport = udp->dest;
 		flow->tcp_flags = 0;
-		flow->csum_offset = V6N_L4_OFFSET + __builtin_offsetof(struct udphdr, check);
+		flow->csum_offset = l4 + __builtin_offsetof(struct udphdr, check);
 	} else {
 		return -1;
 	}
 	__builtin_memcpy(flow->key.saddr, &ip6->saddr, 16);
 	__builtin_memcpy(flow->key.daddr, &ip6->daddr, 16);
 	flow->key.proto = proto;
+	flow->l4_offset = l4;
 	return 0;
 }
 
@@ -165,7 +182,7 @@ static __always_inline int v6n_ct_rewrite(struct __sk_buff *skb, const struct v6
 
 		if (bpf_l4_csum_replace(skb, flow->csum_offset, old_ports, new_ports, sizeof(__u32) | csum_flags) < 0)
 			return -1;
-		if (bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &new_ports, sizeof(new_ports), 0) < 0)
+		if (bpf_skb_store_bytes(skb, flow->l4_offset, &new_ports, sizeof(new_ports), 0) < 0)
 			return -1;
 	}
 	return 0;
