@@ -53,8 +53,9 @@ fn answer(check: &HealthCheck) -> (StatusCode, String) {
 
 async fn serve_connection(stream: tokio::net::TcpStream, check: Arc<Mutex<HealthCheck>>) {
     let service = service_fn(move |_request: Request<hyper::body::Incoming>| {
-        let (status, body) = answer(&check.lock().expect("health check lock"));
-        let local = check.lock().expect("health check lock").local_endpoints;
+        let snapshot = check.lock().expect("health check lock").clone();
+        let (status, body) = answer(&snapshot);
+        let local = snapshot.local_endpoints;
         let response = Response::builder()
             .status(status)
             .header("content-type", "application/json")
