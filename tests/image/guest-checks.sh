@@ -363,7 +363,7 @@ units_hardened() {
     # health check listener is open to the network, so it has nothing else.
     local unit report bad=0
     for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service \
-        v6node-health-checks.service; do
+        v6node-health-checks.service v6node-update-source.service v6node-boot-health.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done

@@ -89,6 +89,38 @@ launch_plain_vm() {
         </dev/null >"$out/console.log" 2>&1
 }
 
+# power_cycle_with_script OUTDIR SCRIPT MAX_BOOTS QEMU_DRIVE_OPTION...: a plain
+# UEFI VM (launch_plain_vm's) whose reboots are power cycles: qemu exits when
+# the guest reboots (-no-reboot) and starts again on the same disks and UEFI
+# variables, until the guest reports its plan (then powers off) or MAX_BOOTS
+# boots. For tests that reboot a node several times: a warm reset under TCG
+# once hung in the firmware for minutes, which no real machine is asked to
+# survive; a power cycle is what a node's BMC would do anyway. SCRIPT runs at
+# every boot and appends to OUTDIR/results. Returns 124 if a boot timed out.
+power_cycle_with_script() {
+    local out=$1 script=$2 max_boots=$3 boot rc=0 vm_options
+    shift 3
+    mkdir -p "$out"
+    rm -f "$out/results" "$out/console.log"
+    guest_test_credentials "$script"
+    guest_port=(-device virtio-serial-pci -chardev "file,id=v6nodetest,path=$out/results,append=on"
+        -device "virtserialport,chardev=v6nodetest,name=org.v6node.test")
+    plain_vm_options "$out/efivars.fd"
+    for ((boot = 1; boot <= max_boots; boot++)); do
+        echo "=== power on $boot" >>"$out/console.log"
+        ${guest_netns:+ip netns exec "$guest_netns"} \
+            timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" qemu-system-x86_64 "${vm_options[@]}" \
+            -no-reboot -nographic -serial stdio \
+            -smbios "type=11,value=io.systemd.stub.kernel-cmdline-extra=$guest_test_cmdline" \
+            "${guest_credentials[@]}" "${guest_network[@]}" "${guest_port[@]}" "$@" \
+            </dev/null >>"$out/console.log" 2>&1 || rc=$?
+        ((rc == 0)) || break
+        grep -q '^1\.\.[0-9]' "$out/results" 2>/dev/null && break
+    done
+    touch "$out/results"
+    return "$rc"
+}
+
 # boot_with_script OUTDIR SCRIPT [MKOSI_OPTION...]: boots, waits for the guest
 # to power off (V6NODE_BOOT_TIMEOUT seconds at most), leaves console.log and
 # results (the port's output) in OUTDIR. Returns qemu's status (124: timeout).
