@@ -74,23 +74,33 @@ launch_mkosi() {
     return "${PIPESTATUS[0]}"
 }
 
-# launch_plain_vm OUTDIR QEMU_DRIVE_OPTION...: a plain UEFI VM with the disks
-# exactly as given (the first one boots); the test's boot arguments reach the
-# UKI through systemd-stub's SMBIOS credential, as mkosi passes them.
-launch_plain_vm() {
-    local out=$1 vm_options
+# run_plain_vm OUTDIR QEMU_OPTION...: qemu as a plain UEFI VM, on the
+# variables plain_vm_options set up (in vm_options), with the disks exactly as
+# given (the first one boots); the test's boot arguments reach the UKI through
+# systemd-stub's SMBIOS credential, as mkosi passes them. The console is
+# appended to OUTDIR/console.log.
+run_plain_vm() {
+    local out=$1
     shift
-    plain_vm_options "$out/efivars.fd"
     ${guest_netns:+ip netns exec "$guest_netns"} \
         timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" qemu-system-x86_64 "${vm_options[@]}" \
         -nographic -serial stdio \
         -smbios "type=11,value=io.systemd.stub.kernel-cmdline-extra=$guest_test_cmdline" \
         "${guest_credentials[@]}" "${guest_network[@]}" "${guest_port[@]}" "$@" \
-        </dev/null >"$out/console.log" 2>&1
+        </dev/null >>"$out/console.log" 2>&1
+}
+
+# launch_plain_vm OUTDIR QEMU_DRIVE_OPTION...: one boot of a plain UEFI VM
+# with fresh UEFI variables.
+launch_plain_vm() {
+    local out=$1 vm_options
+    shift
+    plain_vm_options "$out/efivars.fd"
+    run_plain_vm "$out" "$@"
 }
 
 # power_cycle_with_script OUTDIR SCRIPT MAX_BOOTS QEMU_DRIVE_OPTION...: a plain
-# UEFI VM (launch_plain_vm's) whose reboots are power cycles: qemu exits when
+# UEFI VM (run_plain_vm) whose reboots are power cycles: qemu exits when
 # the guest reboots (-no-reboot) and starts again on the same disks and UEFI
 # variables, until the guest reports its plan (then powers off) or MAX_BOOTS
 # boots. For tests that reboot a node several times: a warm reset under TCG
@@ -108,12 +118,7 @@ power_cycle_with_script() {
     plain_vm_options "$out/efivars.fd"
     for ((boot = 1; boot <= max_boots; boot++)); do
         echo "=== power on $boot" >>"$out/console.log"
-        ${guest_netns:+ip netns exec "$guest_netns"} \
-            timeout --kill-after=10 "${V6NODE_BOOT_TIMEOUT:-600}" qemu-system-x86_64 "${vm_options[@]}" \
-            -no-reboot -nographic -serial stdio \
-            -smbios "type=11,value=io.systemd.stub.kernel-cmdline-extra=$guest_test_cmdline" \
-            "${guest_credentials[@]}" "${guest_network[@]}" "${guest_port[@]}" "$@" \
-            </dev/null >>"$out/console.log" 2>&1 || rc=$?
+        run_plain_vm "$out" -no-reboot "$@" || rc=$?
         ((rc == 0)) || break
         grep -q '^1\.\.[0-9]' "$out/results" 2>/dev/null && break
     done
