@@ -239,6 +239,9 @@ pass_if "its pins go when the device goes" test ! -e "$V6NODE_PIN_DIR/links/node
 
 # --- stop, detach -------------------------------------------------------------------
 link_ids=$(jq_status '[.links[].link_id] | join(" ")')
+# The agent's own programs, by id: other tests' programs of the same name may
+# still be loaded on this host.
+prog_ids=$(for l in $link_ids; do bpftool -j link show id "$l" | jq -r .prog_id; done | sort -u)
 pass_if "detach refuses while the agent runs" bash -c "! nsenter --net=/run/netns/$node $bin detach"
 agent_stop
 pass_if "SIGTERM stops the agent cleanly" test $? = 0
@@ -246,8 +249,17 @@ pass_if "stopping left the links in place" bash -c "for l in $link_ids; do bpfto
 pass_if "detach succeeds" in_node "$bin" detach
 pass_if "detach left no pin" test ! -e "$V6NODE_PIN_DIR"
 pass_if "detach left none of the links" bash -c "for l in $link_ids; do ! bpftool link show id \$l >/dev/null 2>&1 || exit 1; done"
-# Programs are freed after an RCU grace period, so give the kernel a moment.
-no_programs() { for _ in $(seq 40); do bpftool prog show | grep -qE 'name v6n_(from|to)_dev' || return 0; sleep 0.05; done; return 1; }
+# Programs are freed after an RCU grace period, later on a loaded machine.
+no_programs() {
+    local id
+    [[ -n $prog_ids ]] || { echo "# no program ids were recorded"; return 1; }
+    for _ in $(seq 100); do
+        for id in $prog_ids; do bpftool prog show id "$id" >/dev/null 2>&1 && { sleep 0.1; continue 2; }; done
+        return 0
+    done
+    echo "# still loaded: $(for id in $prog_ids; do bpftool prog show id "$id" 2>/dev/null | head -1; done)"
+    return 1
+}
 pass_if "detach left no v6node program loaded" no_programs
 pass_if "traffic flows without v6node" pings 3
 
