@@ -10,7 +10,8 @@
 #   V2 (first time)          updated, blessed, state kept; a tampered V3 refused;
 #                            then /etc/v6node/update.url names the good V3, update, reboot
 #   V3                       its dataplane cannot start: not healthy, the node
-#                            reboots itself, three times (its tries)
+#                            reboots itself; the test spent two of its three
+#                            tries beforehand (+1-2), so this is its last
 #   V2 (again)               back by itself, V3 marked bad, the reason in the
 #                            journal of V3's boots; figures; power off
 set -uo pipefail
@@ -94,7 +95,7 @@ update_from_config_file() {
 
 fell_back() {
     layout
-    # V3 used its three tries unblessed: +0-3, sorted last by systemd-boot.
+    # V3 used its last try unblessed: +0-3, sorted last by systemd-boot.
     [[ -e "$esp/v6node_$v3+0-3.efi" && -e "$esp/v6node_$v2.efi" ]] &&
         [[ "$(/usr/lib/systemd/systemd-bless-boot status)" == clean ]]
 }
@@ -110,7 +111,7 @@ figures() {
     read -r _ back < <(grep "^$v2 " "$state/boots" | tail -n 1)
     echo "update to $v2: systemd-sysupdate update $took s; from its start to $v2 running $((booted_v2 - started)) s, blessed $(($(cat "$state/blessed-$v2") - started)) s (TCG)"
     echo "first boot of the image as built (a re-imaged node): $(cat "$state/first-boot")"
-    echo "fallback: from the reboot into $v3 to $v2 running again $((back - into_v3)) s (TCG, three tries)"
+    echo "fallback: from the reboot into $v3 to $v2 running again $((back - into_v3)) s (TCG, its last try)"
 }
 
 case "$version:$(grep -c "^$version " "$state/boots")" in
@@ -130,6 +131,10 @@ case "$version:$(grep -c "^$version " "$state/boots")" in
     pass_if "an artifact changed after SHA256SUMS is refused; nothing changes" tampered_refused file
     pass_if "SHA256SUMS changed to match it fails its signature; nothing changes" tampered_refused sums
     pass_if "$v3 installed from the source in /etc/v6node/update.url" update_from_config_file
+    # Each try of V3 is the same boot (not healthy, reboot), two minutes
+    # under TCG: the test marks two as spent, which systemd-boot counts on
+    # from (+1-2, then +0-3 as it boots the last).
+    mv "$esp/v6node_$v3+3-0.efi" "$esp/v6node_$v3+1-2.efi" || echo "# could not mark two of $v3's tries spent"
     save_tap
     date +%s >"$state/reboot-into-$v3"
     systemctl reboot --no-block
@@ -140,7 +145,7 @@ case "$version:$(grep -c "^$version " "$state/boots")" in
     echo "# $v3 is running; v6node-boot-health decides"
     ;;
 "$v2:2")
-    pass_if "back on $v2 by itself after $v3 used its three tries; $v3 marked bad" fell_back
+    pass_if "back on $v2 by itself after $v3 used its last try; $v3 marked bad" fell_back
     pass_if "why: $v3's health verdict is in its boot's journal" reason_visible
     pass_if "/etc, /var, the SSH host key carried over" state_kept
     pass_if "figures" figures
