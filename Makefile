@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image kubernetes dataplane cluster cluster-down test test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-e2e-more test-conformance conformance bench clean
+.PHONY: image kubernetes dataplane cluster cluster-down test test-cluster test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-e2e-more test-conformance conformance bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
@@ -31,10 +31,15 @@ cluster-down:
 
 ## The test tiers CI runs: style (rustfmt, clippy), Rust units, host scripts,
 ## the agent in network namespaces, image build, qemu boot and A/B update
-## tests, then a two-node cluster end to end, then Kubernetes' own network
-## conformance specs (test-e2e-more has the two runs left out for time).
+## tests, then one two-node cluster checked end to end and by Kubernetes' own
+## network conformance specs (test-e2e-more has the two runs left out for time).
 test:
 	tests/run
+
+## The cluster tier alone: test-e2e's checks and test-conformance's specs on
+## one cluster.
+test-cluster:
+	tests/run cluster
 
 ## rustfmt and clippy over the dataplane (warnings fail).
 test-lint:
@@ -65,7 +70,7 @@ test-e2e-more:
 	tests/run e2e-more
 
 ## Every [sig-network] [Conformance] spec of the pinned release's e2e.test
-## against a two-node make cluster (the tier CI runs last); report in
+## against a two-node make cluster of its own; report in
 ## mkosi.output/conformance/report/report.md.
 test-conformance conformance:
 	tests/run conformance
