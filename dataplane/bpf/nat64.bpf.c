@@ -264,6 +264,22 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	if (v6n_icmp6_to_icmp4(&in->icmp6, &out->icmp) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	if (out->icmp.type == ICMP_DEST_UNREACH && out->icmp.code == ICMP_FRAG_NEEDED) {
+		/* RFC 7915 5.2: minimum(advertised - 20, MTU of the IPv4 next hop,
+		 * MTU of the IPv6 next hop - 20): the path back through this
+		 * translator is no wider than its own links. */
+		__u32 mtu = bpf_ntohs(out->icmp.un.frag.mtu);
+		__u32 mtu4 = v6n_route_mtu(skb, fib, AF_INET, &daddr);
+		__u32 mtu6 = v6n_route_mtu(skb, fib, AF_INET6, &ip6->saddr);
+
+		if (mtu4 && mtu4 < mtu)
+			mtu = mtu4;
+		if (mtu6 > V6N_IP6_HLEN - V6N_IP4_HLEN + 68 && mtu6 - (V6N_IP6_HLEN - V6N_IP4_HLEN) < mtu)
+			mtu = mtu6 - (V6N_IP6_HLEN - V6N_IP4_HLEN);
+		out->icmp.un.frag.mtu = bpf_htons(mtu);
+		__builtin_memset(fib, 0, sizeof(*fib));
+		fib->ifindex = skb->ingress_ifindex;
+	}
 
 	__be32 inner_saddr, inner_daddr;
 	if (v6n_map_6to4(cfg, &in->inner.saddr, &inner_saddr) < 0 ||
@@ -561,16 +577,11 @@ static __always_inline int v6n_icmp4_to_icmp6(const struct icmphdr *in, struct i
 			out->icmp6_code = ICMPV6_UNK_NEXTHDR;
 			out->icmp6_pointer = bpf_htonl(offsetof(struct ipv6hdr, nexthdr));
 			return 0;
-		case ICMP_FRAG_NEEDED: {
-			/* Pre-RFC 1191 routers send no MTU: assume the IPv6 minimum. */
-			__u32 mtu = bpf_ntohs(in->un.frag.mtu);
-
-			mtu = mtu ? mtu + V6N_IP6_HLEN - V6N_IP4_HLEN : V6N_IPV6_MIN_MTU;
+		case ICMP_FRAG_NEEDED:
+			/* The MTU: v6n_ptb_mtu, which knows the quoted packet and the links. */
 			out->icmp6_type = ICMPV6_PKT_TOOBIG;
 			out->icmp6_code = 0;
-			out->icmp6_mtu = bpf_htonl(mtu < V6N_IPV6_MIN_MTU ? V6N_IPV6_MIN_MTU : mtu);
 			return 0;
-		}
 		}
 		return -1;
 	case ICMP_TIME_EXCEEDED:
@@ -623,6 +634,54 @@ static __always_inline void v6n_ip6_from_ip4(struct ipv6hdr *ip6, const struct i
 
 
 
+/*
+ * RFC 1191 7.1: the plateau under a datagram's length, the likely path MTU
+ * when a router that predates RFC 1191 reports none.
+ */
+static __always_inline __u32 v6n_mtu_plateau_below(__u32 len)
+{
+	if (len > 32000)
+		return 32000;
+	if (len > 17914)
+		return 17914;
+	if (len > 8166)
+		return 8166;
+	if (len > 4352)
+		return 4352;
+	if (len > 2002)
+		return 2002;
+	if (len > 1492)
+		return 1492;
+	if (len > 1006)
+		return 1006;
+	if (len > 508)
+		return 508;
+	return len > 296 ? 296 : 68;
+}
+
+/*
+ * RFC 7915 4.2: the MTU a Fragmentation Needed becomes in Packet Too Big:
+ * minimum(advertised + 20, MTU of the IPv6 next hop, MTU of the IPv4 next
+ * hop + 20), the plateau under the quoted datagram standing in for a missing
+ * advertised MTU; never under IPv6's minimum (RFC 8200 5).
+ */
+static __always_inline __u32 v6n_ptb_mtu(struct __sk_buff *skb, struct bpf_fib_lookup *fib, __u16 advertised,
+					 __u16 quoted_len, __be32 router, const struct in6_addr *dest)
+{
+	__u32 mtu = advertised ? advertised : v6n_mtu_plateau_below(quoted_len);
+	__u32 mtu6 = v6n_route_mtu(skb, fib, AF_INET6, dest);
+	__u32 mtu4 = v6n_route_mtu(skb, fib, AF_INET, &router);
+
+	mtu += V6N_IP6_HLEN - V6N_IP4_HLEN;
+	if (mtu6 && mtu6 < mtu)
+		mtu = mtu6;
+	if (mtu4 && mtu4 + V6N_IP6_HLEN - V6N_IP4_HLEN < mtu)
+		mtu = mtu4 + V6N_IP6_HLEN - V6N_IP4_HLEN;
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->ifindex = skb->ingress_ifindex;
+	return mtu < V6N_IPV6_MIN_MTU ? V6N_IPV6_MIN_MTU : mtu;
+}
+
 /* ICMPv4 error -> ICMPv6 error with the quoted packet translated (RFC 7915 4.3). */
 static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 {
@@ -652,6 +711,9 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 	if (v6n_icmp4_to_icmp6(&in->icmp, &out->icmp6) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	if (out->icmp6.icmp6_type == ICMPV6_PKT_TOOBIG)
+		out->icmp6.icmp6_mtu = bpf_htonl(v6n_ptb_mtu(skb, fib, bpf_ntohs(in->icmp.un.frag.mtu),
+							     bpf_ntohs(in->inner.tot_len), ip->saddr, daddr));
 
 	struct in6_addr inner_saddr, inner_daddr;
 	if (v6n_map_4to6(cfg, in->inner.saddr, &inner_saddr) < 0 || v6n_map_4to6(cfg, in->inner.daddr, &inner_daddr) < 0)

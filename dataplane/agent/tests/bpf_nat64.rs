@@ -362,6 +362,68 @@ fn icmp_errors_become_icmpv6_errors_with_the_quoted_packet_translated() {
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 1);
 }
 
+/// A Fragmentation Needed from the IPv4 host about a datagram the IPv6 host
+/// sent it, advertising `mtu` (0: a router older than RFC 1191), the quoted
+/// header claiming `quoted_len` bytes.
+fn frag_needed_about_udp(mtu: u16, quoted_len: u16) -> Vec<u8> {
+    let mut inner = ipv4(V6_HOST_AS_V4, V4_HOST, 63, 17, 0x4000, &udp(9, 5353, b"quoted datagram"), Some(6));
+    inner[2..4].copy_from_slice(&quoted_len.to_be_bytes());
+    inner[10..12].copy_from_slice(&[0, 0]);
+    let c = fold(sum16(&inner[..20]));
+    inner[10..12].copy_from_slice(&c.to_be_bytes());
+    let [hi, lo] = mtu.to_be_bytes();
+    ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 1, 0, &icmp(3, 4, [0, 0, hi, lo], &inner), Some(2)))
+}
+
+#[test]
+fn too_big_errors_carry_the_smallest_mtu_of_the_message_and_both_links() {
+    let net = Net::enter();
+    let xlat = Xlat::load("ptbmin");
+    // RFC 7915 5.2, IPv6 -> IPv4: minimum(advertised - 20, IPv4 next hop, IPv6 next hop - 20).
+    let frag_needed_mtu = |advertised: u32| {
+        let run = xlat.run(&icmp6_error_about_udp(2, 0, advertised.to_be_bytes()), net.v6);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "PTB {advertised}");
+        assert_well_formed(&run.packet);
+        let message = &l3(&run.packet)[20..];
+        assert_eq!((message[0], message[1]), (3, 4), "Fragmentation Needed");
+        u16::from_be_bytes([message[6], message[7]])
+    };
+    assert_eq!(frag_needed_mtu(1400), 1380, "the message's own, both links at 1500");
+    // A route's MTU counts where the kernel's forwarding honours it: locked.
+    ip("route replace 192.0.2.0/24 dev v4 src 192.0.2.1 mtu lock 1300");
+    assert_eq!(frag_needed_mtu(1400), 1300, "the route to the IPv4 host carries 1300");
+    ip("route replace 192.0.2.0/24 dev v4 src 192.0.2.1");
+    net.set_mtu("v6", 1280);
+    assert_eq!(frag_needed_mtu(1500), 1260, "the IPv6 link's 1280 - 20");
+    net.set_mtu("v6", 1500);
+
+    // RFC 7915 4.2, IPv4 -> IPv6: minimum(advertised + 20, IPv6 next hop, IPv4 next hop + 20).
+    let ptb_mtu = |advertised: u16, quoted_len: u16| {
+        let run = xlat.run(&frag_needed_about_udp(advertised, quoted_len), net.v4);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "Frag Needed {advertised}");
+        assert_well_formed(&run.packet);
+        let message = &l3(&run.packet)[40..];
+        assert_eq!((message[0], message[1]), (2, 0), "Packet Too Big");
+        u32::from_be_bytes(message[4..8].try_into().unwrap())
+    };
+    assert_eq!(ptb_mtu(1300, 1400), 1320, "the message's own");
+    net.set_mtu("v4", 1400);
+    assert_eq!(ptb_mtu(1450, 1500), 1420, "the IPv4 link's 1400 + 20");
+    net.set_mtu("v4", 1500);
+    ip("-6 route replace 2001:db8:6::/64 dev v6 metric 256 mtu lock 1300");
+    assert_eq!(ptb_mtu(1450, 1500), 1300, "the route to the IPv6 host carries 1300");
+    ip("-6 route replace 2001:db8:6::/64 dev v6 metric 256");
+
+    // No MTU in the message: RFC 1191's plateau under the quoted datagram's
+    // length, + 20; never under IPv6's 1280.
+    net.set_mtu("v4", 9000);
+    net.set_mtu("v6", 9000);
+    assert_eq!(ptb_mtu(0, 4000), 2002 + 20, "under 4000: 2002");
+    assert_eq!(ptb_mtu(0, 1500), 1492 + 20, "under 1500: 1492");
+    assert_eq!(ptb_mtu(0, 1000), 1280, "under 1000: 508, raised to 1280");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_FORWARDED), 6);
+}
+
 /// Splits a UDP datagram (header included) at `at` bytes.
 fn split(datagram: &[u8], at: usize) -> (&[u8], &[u8]) {
     datagram.split_at(at)

@@ -39,6 +39,31 @@ static __always_inline int v6n_fib_lookup(struct __sk_buff *skb, struct bpf_fib_
 }
 
 /*
+ * The MTU of the route to `daddr` (its `mtu` metric, else its device's: what
+ * RFC 7915 calls the MTU of a next hop), for the ICMP errors a translator
+ * sizes by both of its links. A lookup for the largest packet makes the
+ * kernel report the MTU it is over. 0xffff if even that fits, 0 without a
+ * route. `fib` is scratch: the caller sets it up again for its own lookup.
+ */
+static __always_inline __u32 v6n_route_mtu(struct __sk_buff *skb, struct bpf_fib_lookup *fib, __u8 family,
+					   const void *daddr)
+{
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = family;
+	fib->ifindex = skb->ingress_ifindex;
+	fib->tot_len = 0xffff;
+	if (family == AF_INET)
+		__builtin_memcpy(&fib->ipv4_dst, daddr, 4);
+	else
+		__builtin_memcpy(fib->ipv6_dst, daddr, 16);
+	int rc = v6n_fib_lookup(skb, fib);
+
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return fib->mtu_result;
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ? 0xffff : 0;
+}
+
+/*
  * Hands a packet to the next hop the FIB lookup found: straight out of the
  * egress device when the neighbour is known, through the kernel's neighbour
  * code when it is not (bpf_redirect_neigh resolves it and queues the packet).
