@@ -31,13 +31,12 @@ cluster-down:
 
 ## The test tiers CI runs: style (rustfmt, clippy), Rust units, host scripts,
 ## the agent in network namespaces, image build, qemu boot and A/B update
-## tests, then one two-node cluster checked end to end and by Kubernetes' own
-## network conformance specs (test-e2e-more has the two runs left out for time).
+## tests, then a two-node cluster end to end (test-e2e-more has the runs
+## left out for time, Kubernetes' conformance specs among them).
 test:
 	tests/run
 
-## The cluster tier alone: test-e2e's checks and test-conformance's specs on
-## one cluster.
+## test-e2e's checks and test-conformance's specs on one two-node cluster.
 test-cluster:
 	tests/run cluster
 
@@ -65,7 +64,8 @@ test-e2e:
 
 ## Not in make test, which would outgrow CI's 90 minutes with them
 ## (tests/run says more): one node joining with wrong, then right join
-## credentials (tests/e2e/kubeadm-join), and the two-node cluster routed by BGP.
+## credentials (tests/e2e/kubeadm-join), the two-node cluster routed by BGP,
+## and Kubernetes' [sig-network] [Conformance] specs (test-conformance).
 test-e2e-more:
 	tests/run e2e-more
 
