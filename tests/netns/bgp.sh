@@ -114,7 +114,10 @@ bird_start() {
     local n=$1 file=$work/$1/state/bird.conf
     retry 20 test -s "$file" || return 1
     in_ns "$n" $(bird_command "$n" PRE) || return 1
-    in_ns "$n" $(bird_command "$n" START) >>"$work/bird-$n.log" 2>&1 &
+    # nsenter itself in the background, not in_ns: a backgrounded function is
+    # a subshell, and $! would name it instead of bird, which cleanup then
+    # missed.
+    nsenter --net="/run/netns/${ns_of[$n]}" $(bird_command "$n" START) >>"$work/bird-$n.log" 2>&1 &
     bird_pid[$n]=$!
     disown
 }
