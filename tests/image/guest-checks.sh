@@ -242,6 +242,24 @@ usr_read_only_verity() {
     dmsetup table usr | grep -q " $hash " || { echo "usrhash=$hash not the table's root hash"; return 1; }
 }
 
+# The firmware's global variables: four bytes of attributes, then the value.
+efi_global_byte() { od -An -t u1 -j4 -N1 "/sys/firmware/efi/efivars/$1-8be4df61-93ca-11d2-aa0d-00e098032b8c" | tr -d ' '; }
+
+secure_boot_enforced() {
+    local secure_boot setup_mode
+    secure_boot=$(efi_global_byte SecureBoot) setup_mode=$(efi_global_byte SetupMode)
+    echo "SecureBoot=$secure_boot SetupMode=$setup_mode"
+    bootctl status 2>/dev/null | grep -m1 'Secure Boot:'
+    [[ "$secure_boot" == 1 && "$setup_mode" == 0 ]]
+}
+
+kernel_locked_down() {
+    # A Secure Boot boot of Debian's kernel locks it down; the dataplane's BPF
+    # has to work under that (the other checks of this scenario).
+    cat /sys/kernel/security/lockdown
+    grep -q '\[integrity\]' /sys/kernel/security/lockdown
+}
+
 usr_tampering_detected() {
     # boot-test overwrote the first block of this file in the /usr partition.
     local err
@@ -647,6 +665,13 @@ faults)
     pass_if "malformed network credential is logged and ignored" bad_credential_falls_back
     pass_if "uplink falls back to SLAAC" uplink_slaac
     pass_if "default route is IPv6, via the router" ipv6_default_route
+    ;;
+secure-boot)
+    pass_if "Secure Boot enforcing: the firmware trusts only the test key, not in setup mode" secure_boot_enforced
+    pass_if "the kernel is locked down (integrity)" kernel_locked_down
+    pass_if "/usr is read-only erofs under dm-verity, root hash from the signed UKI" usr_read_only_verity
+    pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
+    pass_if "Service socket hooks (connect, sendmsg, recvmsg, getpeername) on the root cgroup" service_hooks_on_root_cgroup
     ;;
 as-built)
     pass_if "root (/etc, /var) on the disk the node booted from" root_on_the_boot_disk

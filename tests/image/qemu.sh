@@ -52,10 +52,26 @@ guest_results_port() {
 # plain_vm_options EFIVARS [MEMORY]: the qemu options (in vm_options) of a
 # plain UEFI VM as "any UEFI VM" runs the image: this host's own qemu and OVMF
 # firmware (not mkosi's), a fresh copy of OVMF's variables in EFIVARS.
+# With guest_secure_boot_certificate set (a PEM file), the VM is one with
+# Secure Boot enforcing that trusts that certificate alone: OVMF's Secure
+# Boot build (which needs SMM), the certificate enrolled as PK, KEK and db.
+guest_secure_boot_certificate=
 plain_vm_options() {
+    local code=/usr/share/OVMF/OVMF_CODE_4M.fd machine=q35 owner secure=()
     cp /usr/share/OVMF/OVMF_VARS_4M.fd "$1"
-    vm_options=(-machine q35 -accel tcg -smp 2 -m "${2:-2G}" -nodefaults
-        -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
+    if [[ -n "$guest_secure_boot_certificate" ]]; then
+        code=/usr/share/OVMF/OVMF_CODE_4M.secboot.fd machine=q35,smm=on
+        secure=(-global driver=cfi.pflash01,property=secure,value=on)
+        owner=$(cat /proc/sys/kernel/random/uuid)
+        # virt-fw-vars from mkosi's tools tree, which carries it.
+        "$V6NODE_TOP/scripts/mkosi" --tools-tree="$V6NODE_TOP/mkosi.output/tools" sandbox \
+            virt-fw-vars --inplace "$1" --set-pk "$owner" "$guest_secure_boot_certificate" \
+            --add-kek "$owner" "$guest_secure_boot_certificate" \
+            --add-db "$owner" "$guest_secure_boot_certificate" --secure-boot >"$1.log" 2>&1 ||
+            die "enrolling $guest_secure_boot_certificate in $1 failed: $1.log"
+    fi
+    vm_options=(-machine "$machine" -accel tcg -smp 2 -m "${2:-2G}" -nodefaults "${secure[@]}"
+        -drive "if=pflash,format=raw,unit=0,readonly=on,file=$code"
         -drive "if=pflash,format=raw,unit=1,file=$1")
 }
 
