@@ -96,6 +96,14 @@ pass_if "status --json: running, healthy, generation 1" \
 pass_if "status --json: node0 ingress and egress attached with tcx" \
     test "$(jq_status '[.links[] | select(.attached) | "\(.device)-\(.direction)-\(.program)"] | join(" ")')" \
     = "node0-ingress-v6n_from_dev node0-egress-v6n_to_dev"
+# lo_passed DIRECTION: packets the self-test counted (test runs count under lo).
+lo_passed() { status_json | jq -r --arg d "$1" '[.counters[] | select(.device == "lo" and .direction == $d and .reason == "pass") | .packets] | add // 0'; }
+pass_if "self-test: both host programs, opened from their pins, passed its packet" \
+    test "$(jq_status '[.selftest[] | select(.error == null) | "\(.device)-\(.direction)"] | join(" ")')" = "node0-ingress node0-egress"
+pass_if "self-test: each program counted its packet (pass, on lo)" \
+    bash -c "test $(lo_passed ingress) -ge 1 && test $(lo_passed egress) -ge 1"
+pass_if "human status: self-test passed by 2 host program(s)" \
+    bash -c "nsenter --net=/run/netns/$node $bin status | grep -q '^self-test: *passed by 2 host program(s)'"
 pass_if "agent holds only the unit's capabilities ($caps)" \
     test "$(awk '/^CapBnd/ {print $2}' /proc/$agent_pid/status)" = "$(setpriv --bounding-set="-all,$caps" awk '/^CapBnd/ {print $2}' /proc/self/status)"
 pass_if "bpftool prog show lists both programs by name" \
@@ -217,6 +225,16 @@ rm "$root/etc/v6node/dataplane.d/50-deny.toml"
 pass_if "a fixed config reloads" in_node "$bin" reload
 pass_if "the source is allowed again" pings 3
 pass_if "BIG TCP raised to 524280 by the reload" bash -c "ip -n $node -d link show node0 | grep -q 'gso_max_size 524280'"
+# A valid config that cuts the node off its link (link-local sources denied:
+# no neighbour discovery): the self-test's packet is dropped, so status, and
+# with it the boot health gate, says the dataplane is not healthy.
+echo 'filter.deny_sources = ["fe80::/10"]' >"$root/etc/v6node/dataplane.d/50-deny.toml"
+pass_if "reload denying fe80::/10 is applied (a valid config)" in_node "$bin" reload
+pass_if "self-test fails for node0 ingress (its packet dropped, verdict 2): status exits 1" \
+    bash -c "nsenter --net=/run/netns/$node $bin status >$work/status.txt; test \$? = 1 && grep -q '^self-test: *FAILED by 1 of 2' $work/status.txt && jq -e '.problems[] | select(test(\"self-test of node0 ingress: program [0-9]+ returned 2\"))' < <(nsenter --net=/run/netns/$node $bin status --json)"
+rm "$root/etc/v6node/dataplane.d/50-deny.toml"
+pass_if "without it the self-test passes again and status is healthy" \
+    bash -c "nsenter --net=/run/netns/$node $bin reload && nsenter --net=/run/netns/$node $bin status >/dev/null"
 
 # --- metrics, hotplug --------------------------------------------------------------
 pass_if "metrics on the unix socket: packets_total for node0 ingress pass" \

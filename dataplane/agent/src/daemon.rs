@@ -32,6 +32,7 @@ use crate::{
     endpoints::Endpoints,
     files, health_checks, logging, metrics, netdev,
     paths::Paths,
+    selftest,
     services::ServiceTables,
     sockets,
     state::{self, Reload, State},
@@ -488,7 +489,12 @@ impl Daemon {
         });
         logging::set_level(config.log.level.as_str());
         self.loaded = loaded.clone();
-        self.reconcile_devices().await;
+        // When nothing attached changed, the tables still may have changed
+        // what the programs do with the self-test's packet (a deny prefix
+        // covering link-local sources).
+        if !self.reconcile_devices().await {
+            self.selftest();
+        }
         self.apply_metrics(config).await;
         // routing.* decides how an unreachable peer is reported, and what bird announces.
         self.reconcile_cluster().await;
@@ -520,7 +526,8 @@ impl Daemon {
     }
 
     /// Brings attachments and BIG TCP in line with the devices present now.
-    async fn reconcile_devices(&mut self) {
+    /// Returns whether what is attached changed (then its self-test ran).
+    async fn reconcile_devices(&mut self) -> bool {
         let config = self.loaded.config.clone();
         let mode = TcMode::resolve(config.attach.mode);
         let previous = self.state.lock().expect("state lock").attachments.clone();
@@ -561,6 +568,22 @@ impl Daemon {
                 s.attachments = attachments;
                 s.bigtcp = reports;
             });
+            // What the devices run changed: test it before anyone relies on it.
+            self.selftest();
+        }
+        !same
+    }
+
+    /// Runs the self-test on what is attached now and records it.
+    fn selftest(&mut self) {
+        let attachments = self.state.lock().expect("state lock").attachments.clone();
+        let results = selftest::run(&self.paths, &attachments);
+        for failed in results.iter().filter(|t| t.error.is_some()) {
+            log::error!("self-test of {} {}: {}", failed.device, failed.direction, failed.error.as_deref().unwrap_or(""));
+        }
+        let same = self.state.lock().expect("state lock").selftest == results;
+        if !same {
+            self.update(|s| s.selftest = results);
         }
     }
 }

@@ -20,6 +20,7 @@ mod netdev;
 mod paths;
 mod reload;
 mod routes;
+mod selftest;
 mod services;
 mod sockets;
 mod state;

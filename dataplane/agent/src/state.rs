@@ -61,6 +61,10 @@ pub struct State {
     #[serde(default)]
     pub bgp: Option<crate::bgp::BgpState>,
     pub metrics: Metrics,
+    /// The self-test of each host program attached, from the last change
+    /// of what is attached.
+    #[serde(default)]
+    pub selftest: Vec<crate::selftest::SelfTest>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -39,6 +39,8 @@ struct Status {
     bgp: Option<Bgp>,
     /// The socket hooks on services.cgroup.
     socket_hooks: Vec<crate::sockets::SocketHook>,
+    /// Each host program's self-test (crate::selftest).
+    selftest: Vec<crate::selftest::SelfTest>,
     /// Services; null until the API is followed with services.cgroup set.
     services: Option<Services>,
     counters: Vec<CounterRow>,
@@ -136,6 +138,9 @@ fn collect(paths: &Paths) -> Result<Status> {
         }
         Bgp { configured, sessions }
     });
+    for test in recorded.selftest.iter().filter(|t| t.error.is_some()) {
+        problems.push(format!("self-test of {} {}: {}", test.device, test.direction, test.error.as_deref().unwrap_or("")));
+    }
     for hook in recorded.socket_hooks.iter().filter(|h| h.error.is_some()) {
         problems.push(format!("socket hook {}: {}", hook.program, hook.error.as_deref().unwrap_or("")));
     }
@@ -173,6 +178,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         cluster: recorded.cluster,
         bgp,
         socket_hooks: recorded.socket_hooks,
+        selftest: recorded.selftest,
         services,
         counters,
         metrics_listen: recorded.metrics.listen,
@@ -229,6 +235,12 @@ fn human(status: &Status) -> String {
         opt(status.mode.map(|m| format!("{m:?}").to_lowercase()))
     );
 
+    let failed = status.selftest.iter().filter(|t| t.error.is_some()).count();
+    let _ = match (status.selftest.len(), failed) {
+        (0, _) => writeln!(out, "self-test:   none (no host program attached by tcx)"),
+        (n, 0) => writeln!(out, "self-test:   passed by {n} host program(s)"),
+        (n, failed) => writeln!(out, "self-test:   FAILED by {failed} of {n} host program(s)"),
+    };
     let _ = writeln!(out, "\nattached programs:");
     let rows: Vec<Vec<String>> = status
         .attachments
