@@ -156,7 +156,8 @@ dataplane_running() {
         { systemctl show -P StatusText v6node-dataplane.service; return 1; }
     v6node-dataplane status >/tmp/status.txt || { cat /tmp/status.txt; return 1; }
     grep -qE "^  $uplink +ingress +tcx +v6n_from_dev " /tmp/status.txt || { cat /tmp/status.txt; return 1; }
-    head -3 /tmp/status.txt
+    grep -qE '^self-test: +passed by [1-9]' /tmp/status.txt || { cat /tmp/status.txt; return 1; }
+    head -4 /tmp/status.txt
 }
 
 dataplane_in_bpftool() {
