@@ -81,4 +81,13 @@ installed() {
         install_with "http://[::1]:18631/kubernetes.raw $digest" && grep -q 'is current' "$tmp/install.log"
 }
 pass_if "installer: a matching image is installed once, then left as it is" installed
+handed_to_sysupdate() {
+    # What systemd-sysupdate's kubernetes component writes.
+    mkdir -p "$tmp/extensions/kubernetes.raw.v" && printf 'newer\n' >"$tmp/extensions/kubernetes.raw.v/kubernetes_1.36.4.raw"
+    install_with "http://[::1]:18631/kubernetes.raw $digest" && cat "$tmp/install.log" &&
+        grep -q 'systemd-sysupdate manages it now .*removed .*/kubernetes.raw$' "$tmp/install.log" &&
+        grep -q 'credential v6node.sysext.kubernetes ignored' "$tmp/install.log" &&
+        [[ ! -e "$tmp/extensions/kubernetes.raw" && -e "$tmp/extensions/kubernetes.raw.v/kubernetes_1.36.4.raw" ]]
+}
+pass_if "installer: once systemd-sysupdate's component holds versions, the credential's image goes" handed_to_sysupdate
 tap_done

@@ -10,11 +10,11 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/creds"
-export V6NODE_SYSUPDATE_TEMPLATES=$top/mkosi.extra/usr/lib/v6node/sysupdate.d
+export V6NODE_SYSUPDATE_TEMPLATES=$top/mkosi.extra/usr/lib/v6node
 export V6NODE_SYSUPDATE_DIR=$tmp/run V6NODE_SYSUPDATE_KEYRING=$tmp/pubring.gpg V6NODE_UPDATE_URL_FILE=$tmp/update.url
 source_cmd() { CREDENTIALS_DIRECTORY=$tmp/creds "$top/mkosi.extra/usr/libexec/v6node/update-source"; }
 # sources: the distinct Path= and Verify= lines of the written transfers.
-sources() { cat "$tmp/run"/*.transfer 2>/dev/null | grep -E '^(Path=http|Verify=)' | sort -u | paste -sd' '; }
+sources() { cat "$tmp/run"/sysupdate*.d/*.transfer 2>/dev/null | grep -E '^(Path=http|Verify=)' | sort -u | paste -sd' '; }
 expect() { # expect STATUS SOURCES LOG_PATTERN
     local out rc
     out=$(source_cmd 2>&1); rc=$?
@@ -27,8 +27,12 @@ pass_if "no source: no transfers, and it says so" expect 0 '' 'no update source 
 echo 'https://updates.example.internal/v6node' >"$tmp/creds/v6node.update.url"
 pass_if "the credential: every transfer reads from it (a / appended), unsigned" \
     expect 0 'Path=https://updates.example.internal/v6node/ Verify=no' 'credential v6node.update.url.*unsigned'
-[[ $(ls "$tmp/run" | paste -sd' ') == "$(ls "$V6NODE_SYSUPDATE_TEMPLATES" | paste -sd' ')" ]]
-pass_if "one transfer per template (/usr, verity, UKI)" test $? = 0
+# transfers DIR: each sysupdate*.d/NAME.transfer under DIR, one per line.
+transfers() { (cd "$1" && ls -d sysupdate*.d/*.transfer); }
+pass_if "one transfer per template: the OS's (/usr, verity, UKI) and the kubernetes component's" \
+    test "$(transfers "$tmp/run" | paste -sd' ')" = "$(transfers "$V6NODE_SYSUPDATE_TEMPLATES" | paste -sd' ')"
+pass_if "the kubernetes component reads from the same server" \
+    grep -qx 'Path=https://updates.example.internal/v6node/' "$tmp/run/sysupdate.kubernetes.d/10-kubernetes.transfer"
 
 echo 'not a keyring, but present' >"$tmp/pubring.gpg"
 pass_if "a keyring turns on the signature check (Verify=yes)" \
