@@ -6,8 +6,9 @@
 # earlier boots is kept in $state on the node's root partition:
 #
 #   V1 (the image as built)  checks, then systemd-sysupdate update from the
-#                            source in the credential v6node.update.url (V2), reboot
-#   V2 (first time)          updated, blessed, state kept; a tampered V3 refused;
+#                            source in the credential v6node.update.url (V2) and
+#                            the Kubernetes sysext (its own component), reboot
+#   V2 (first time)          updated, blessed, state and sysext kept; a tampered V3 refused;
 #                            then /etc/v6node/update.url names the good V3, update, reboot
 #   V3                       its dataplane cannot start: not healthy, the node
 #                            reboots itself; the test spent two of its three
@@ -45,6 +46,24 @@ sysupdate_to() { # sysupdate_to VERSION: an update that must install VERSION
     echo "systemd-sysupdate update took $((SECONDS - started)) s"
     layout
     [[ -e "$esp/v6node_$1+3-0.efi" ]] && lsblk -n -o PARTLABEL | grep -qx "v6node_$1"
+}
+
+# The Kubernetes sysext is a sysupdate component of its own, from the same
+# server: installed into /var/lib/extensions/kubernetes.raw.v, merged.
+kubernetes=$(cat "$creds/v6node.test.kubernetes-version")
+kubelet_is() { # kubelet_is VERSION: the merged sysext's kubelet says it is VERSION
+    systemd-sysext status --no-pager 2>&1 | grep -w kubernetes || return 1
+    /usr/bin/kubelet --version | tee /dev/stderr | grep -qx "Kubernetes v$1"
+}
+sysext_component_updates() {
+    local started=$SECONDS
+    systemd-sysupdate components 2>&1 | tee /dev/stderr | grep -qw kubernetes || return 1
+    systemd-sysupdate --component=kubernetes update 2>&1 | tail -n 5 || return 1
+    ls -l /var/lib/extensions/kubernetes.raw.v/
+    [[ -f "/var/lib/extensions/kubernetes.raw.v/kubernetes_$kubernetes.raw" ]] || return 1
+    systemd-sysext refresh || return 1
+    echo "systemd-sysupdate --component=kubernetes update and systemd-sysext refresh: $((SECONDS - started)) s"
+    kubelet_is "$kubernetes"
 }
 
 booted_as_built() {
@@ -122,12 +141,14 @@ case "$version:$(grep -c "^$version " "$state/boots")" in
     pass_if "systemd-sysupdate sees $v2 at the source" sees_v2
     pass_if "state written to /etc and /var" marker_written
     pass_if "systemd-sysupdate update installs $v2: /usr into slot B, its UKI with 3 tries" sysupdate_to "$v2"
+    pass_if "the Kubernetes sysext $kubernetes, its own sysupdate component: installed, merged" sysext_component_updates
     save_tap
     systemctl reboot --no-block
     ;;
 "$v2:1")
     pass_if "$v2 runs from slot B and is blessed once healthy" blessed
     pass_if "/etc, /var, the SSH host key carried over" state_kept
+    pass_if "the Kubernetes sysext carried over: merged at boot on $v2" kubelet_is "$kubernetes"
     pass_if "an artifact changed after SHA256SUMS is refused; nothing changes" tampered_refused file
     pass_if "SHA256SUMS changed to match it fails its signature; nothing changes" tampered_refused sums
     pass_if "$v3 installed from the source in /etc/v6node/update.url" update_from_config_file
