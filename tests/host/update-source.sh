@@ -11,6 +11,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/creds"
 export V6NODE_SYSUPDATE_TEMPLATES=$top/mkosi.extra/usr/lib/v6node
+# The node's boot disk, as update-source finds it on a node (the root partition's disk).
+export V6NODE_BOOT_DISK=/dev/disk/by-diskseq/7
 export V6NODE_SYSUPDATE_DIR=$tmp/run V6NODE_SYSUPDATE_KEYRING=$tmp/pubring.gpg V6NODE_UPDATE_URL_FILE=$tmp/update.url
 source_cmd() { CREDENTIALS_DIRECTORY=$tmp/creds "$top/mkosi.extra/usr/libexec/v6node/update-source"; }
 # sources: the distinct Path= and Verify= lines of the written transfers.
@@ -31,6 +33,8 @@ pass_if "the credential: every transfer reads from it (a / appended), unsigned" 
 transfers() { (cd "$1" && ls -d sysupdate*.d/*.transfer); }
 pass_if "one transfer per template: the OS's (/usr, verity, UKI) and the kubernetes component's" \
     test "$(transfers "$tmp/run" | paste -sd' ')" = "$(transfers "$V6NODE_SYSUPDATE_TEMPLATES" | paste -sd' ')"
+pass_if "the /usr slots' transfers name the boot disk, not Path=auto (which a merged sysext breaks)" \
+    bash -c "grep -qx 'Path=/dev/disk/by-diskseq/7' $tmp/run/sysupdate.d/10-usr.transfer && grep -qx 'Path=/dev/disk/by-diskseq/7' $tmp/run/sysupdate.d/11-usr-verity.transfer"
 pass_if "the kubernetes component reads from the same server" \
     grep -qx 'Path=https://updates.example.internal/v6node/' "$tmp/run/sysupdate.kubernetes.d/10-kubernetes.transfer"
 

@@ -74,7 +74,10 @@ booted_as_built() {
 }
 source_from_credential() {
     journalctl -b -q -o cat -u v6node-update-source.service | grep 'updates from http.*its signature checked' &&
-        grep -qxF "Path=$(cat "$creds/v6node.test.url-first")" /run/sysupdate.d/10-usr.transfer
+        grep -qxF "Path=$(cat "$creds/v6node.test.url-first")" /run/sysupdate.d/10-usr.transfer &&
+        # The boot disk by its sequence number, the one holding the root partition.
+        grep -x "Path=/dev/disk/by-diskseq/$(cat "/sys/block/$(lsblk -n -o PKNAME "$(findmnt -n -o SOURCE /)")/diskseq")" \
+            /run/sysupdate.d/10-usr.transfer
 }
 sees_v2() { systemd-sysupdate list 2>&1 | tee /dev/stderr | grep -qw "$v2"; }
 marker_written() {
