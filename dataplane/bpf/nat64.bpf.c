@@ -2,7 +2,8 @@
 /*
  * Entry object for the stateless NAT46/NAT64 translator (SIIT, RFC 7915),
  * attached at tc ingress of the devices in nat64.devices. IPv6 packets to
- * mapped destinations become IPv4 and IPv4 packets to EAM destinations become
+ * mapped destinations become IPv4, and IPv4 packets to EAM destinations or
+ * into nat64.translatable ranges (IPv4-embedded under the prefix) become
  * IPv6; both are then sent to the FIB's next hop. Everything else passes
  * untouched. No per-flow state: the maps hold only configuration.
  */
@@ -98,6 +99,9 @@ struct v6n_icmp_scratch {
 	struct v6n_icmp4_error_out out4;
 	struct v6n_icmp4_error_in in4;
 	struct v6n_icmp6_error_out out6;
+	/* An ICMPv4 error's mapped destination, from v6n_4to6 (which chose to
+	 * translate by it) to v6n_4to6_icmp_error, whose stack is full. */
+	struct in6_addr error_daddr;
 };
 
 struct {
@@ -694,9 +698,11 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 
 	if (!scratch || bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip, sizeof(*ip)) < 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-	/* v6n_4to6 checked both map before handing the packet over. */
-	if (v6n_map_4to6(cfg, ip->saddr, saddr) < 0 || v6n_map_4to6_eam(ip->daddr, daddr) < 0)
+	/* v6n_4to6 mapped the destination (EAM or a translatable range) and
+	 * checked the source maps before handing the packet over. */
+	if (v6n_map_4to6(cfg, ip->saddr, saddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	*daddr = scratch->error_daddr;
 	struct v6n_icmp4_error_in *in = &scratch->in4;
 	struct v6n_icmp6_error_out *out = &scratch->out6;
 	__builtin_memset(in, 0, sizeof(*in));
@@ -829,7 +835,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (h.ip.version != 4)
 		return V6N_NOT_OURS;
-	if (v6n_map_4to6_eam(h.ip.daddr, &daddr) < 0)
+	if (v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
 		return V6N_NOT_OURS;
 
 	__u32 hlen = h.ip.ihl * 4, tot_len = bpf_ntohs(h.ip.tot_len);
@@ -877,8 +883,14 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	struct bpf_fib_lookup fib = { .ifindex = skb->ingress_ifindex };
 	if (protocol == IPPROTO_ICMP) {
 		if (is_error) {
+			__u32 zero = 0;
+			struct v6n_icmp_scratch *scratch = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+
 			if (hlen != V6N_IP4_HLEN)
 				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+			if (!scratch)
+				return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+			scratch->error_daddr = daddr;
 			return V6N_OUTCOME(V6N_ACT_XLAT_ICMP_ERROR, V6N_REASON_PASS);
 		}
 		if (v6n_icmp4_to_icmp6(&icmp, &icmp6) < 0)

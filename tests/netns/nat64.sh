@@ -260,6 +260,38 @@ pass_if "status shows two mappings" test "$(jq_status '.nat64.eam.entries')" = 2
 ip -n "$v6" addr add 2001:db8:6::3/64 dev v6h0
 pass_if "the new mapping translates: IPv4 host pings 198.51.100.7" at "$v4" ping -q -c 2 -i 0.2 -W 2 198.51.100.7
 
+# An IPv6 service numbered under the prefix (64:ff9b::198.51.100.65), reached
+# from IPv4 by nat64.translatable alone, no EAM.
+ip -n "$v6" addr add 64:ff9b::c633:6441/128 dev v6h0
+ip -n "$gw" route add 64:ff9b::c633:6440/122 via 2001:db8:6::2
+pass_if "before nat64.translatable, 198.51.100.65 is not translated" \
+    bash -c "! nsenter --net=/run/netns/$v4 ping -q -c 1 -W 1 198.51.100.65"
+printf '[nat64]\ntranslatable = ["198.51.100.64/26"]\n' >"$root/etc/v6node/dataplane.d/55-translatable.toml"
+pass_if "reload adding translatable 198.51.100.64/26 succeeds; status shows it" \
+    bash -c "$(declare -f at reload status_json jq_status); bin=$bin agent=$agent gw=$gw; reload && test \"\$(jq_status '.nat64.translatable.entries')\" = 1"
+pass_if "IPv4 host pings 198.51.100.65: the IPv6 service at 64:ff9b::198.51.100.65 answers" \
+    at "$v4" ping -q -c 2 -i 0.2 -W 2 198.51.100.65
+tcp_v4_to_translatable() {
+    at "$v6" python3 -c "
+import socket
+s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('64:ff9b::c633:6441', 8465)); s.listen(1); s.settimeout(10)
+c, peer = s.accept(); c.sendall(peer[0].encode()); c.close()" &
+    local server=$!
+    sleep 0.5
+    local seen
+    seen=$(at "$v4" python3 -c "
+import socket
+s = socket.create_connection(('198.51.100.65', 8465), timeout=5); print(s.recv(100).decode())")
+    wait "$server"
+    echo "the service saw $seen"
+    [[ "$seen" == 64:ff9b::cb00:7102 ]]
+}
+pass_if "TCP IPv4 -> 198.51.100.65: the service sees the client as 64:ff9b::203.0.113.2" tcp_v4_to_translatable
+rm "$root/etc/v6node/dataplane.d/55-translatable.toml"
+# Gone, or it would be the IPv6 host's source for the prefixes below.
+ip -n "$v6" addr del 64:ff9b::c633:6441/128 dev v6h0
+
 echo '[nat64]
 eam = [{ ipv6 = "2001:db8:6::/120", ipv4 = "198.51.100.0/25" }]' >"$root/etc/v6node/dataplane.d/60-bad.toml"
 refused() { ! reload >"$work/reload.out" 2>&1 && grep -q '60-bad.toml: nat64.eam\[0\]: .*leaves 8 host bits' "$work/reload.out"; }

@@ -21,6 +21,7 @@ pub use generated::{
     v6n_maglev_table as MaglevTable, v6n_nat64_config as Nat64Config, v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX,
     V6N_CT_REPLY as CT_REPLY, V6N_DENY_SRC_MAX as DENY_SRC_MAX, V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX,
     V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL,
+    V6N_XLAT4_MAX as XLAT4_MAX,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -62,6 +63,8 @@ pub mod maps {
     pub const NAT64_CONFIG: &str = "v6n_nat64_cfg";
     pub const EAM6: &str = "v6n_eam6";
     pub const EAM4: &str = "v6n_eam4";
+    /// nat64.translatable: IPv4 destinations embedded in the prefix.
+    pub const XLAT4: &str = "v6n_xlat4";
     /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
     pub const ENDPOINTS: &str = "v6n_endpoints";
     /// Declared in `bpf/lib/lb.h`: Services, their backends and frontends.

@@ -155,6 +155,7 @@ mod tests {
             maps::DENY_SRC,
             maps::EAM4,
             maps::EAM6,
+            maps::XLAT4,
             maps::ENDPOINTS,
             maps::NAT64_CONFIG,
             maps::SERVICES,

@@ -284,7 +284,11 @@ fn human(status: &Status) -> String {
     }
     match &status.nat64 {
         Some(nat64) => {
-            let _ = writeln!(out, "nat64:       prefix {}, {} explicit address mapping(s)", nat64.prefix, nat64.eam.entries);
+            let _ = writeln!(
+                out,
+                "nat64:       prefix {}, {} explicit address mapping(s), {} translatable IPv4 range(s)",
+                nat64.prefix, nat64.eam.entries, nat64.translatable.entries
+            );
         }
         None => {
             let _ = writeln!(out, "nat64:       off");

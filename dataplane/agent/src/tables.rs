@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Keeps the pinned BPF tables equal to the configuration.
 
-use std::{collections::HashMap, path::Path, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+    time::Instant,
+};
 
 use anyhow::{Context, Result};
 use aya::maps::{
     lpm_trie::{Key, LpmTrie},
     HashMap as BpfHashMap, MapData,
 };
-use ipnet::Ipv6Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config};
 use v6node_config::Nat64;
@@ -73,6 +77,9 @@ pub struct Nat64Stats {
     pub prefix: String,
     /// Explicit address mappings; each is one entry in both EAM tables.
     pub eam: SyncStats,
+    /// nat64.translatable: IPv4 ranges translated into the prefix.
+    #[serde(default)]
+    pub translatable: SyncStats,
 }
 
 /// Makes an EAM table hold exactly `wanted`: writes first, removals last.
@@ -138,5 +145,33 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     }
     stats.removed = stale6.len().max(stale4.len());
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
-    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats })
+    let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
+    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable })
+}
+
+/// Makes the translatable table hold exactly `ranges`: new ones in first,
+/// stale ones out last. Runs after the prefix is written, so a new range
+/// never translates into an old prefix.
+fn sync_translatable(pin_dir: &Path, ranges: &[Ipv4Net]) -> Result<SyncStats> {
+    let mut table: LpmTrie<MapData, [u8; 4], u8> = bpf::open_pinned_map(pin_dir, maps::XLAT4)?;
+    let started = Instant::now();
+    let mut current = HashSet::new();
+    for entry in table.iter() {
+        let (key, _) = entry.context("reading the translatable table")?;
+        current.insert((key.prefix_len(), key.data()));
+    }
+    let mut stats = SyncStats { entries: ranges.len(), ..SyncStats::default() };
+    for range in ranges {
+        let slot = (u32::from(range.prefix_len()), range.network().octets());
+        if !current.remove(&slot) {
+            table.insert(&Key::new(slot.0, slot.1), 1, 0).with_context(|| format!("writing translatable range {range}"))?;
+            stats.inserted += 1;
+        }
+    }
+    for (len, addr) in &current {
+        table.remove(&Key::new(*len, *addr)).context("removing a stale translatable range")?;
+    }
+    stats.removed = current.len();
+    stats.write_micros = started.elapsed().as_micros() as u64;
+    Ok(stats)
 }

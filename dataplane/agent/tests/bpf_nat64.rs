@@ -169,6 +169,54 @@ fn explicit_address_mappings_carry_the_suffix_and_win_over_the_prefix() {
 }
 
 #[test]
+fn ipv4_to_a_translatable_range_reaches_its_ipv4_embedded_ipv6_address_and_back() {
+    let net = Net::enter();
+    let mut xlat = Xlat::load("translatable");
+    // An IPv6 service numbered under the prefix, 64:ff9b::198.51.100.10,
+    // behind the IPv6 side.
+    ip("-6 route add 64:ff9b::c633:6400/120 via 2001:db8:6::2 dev v6");
+    let service = Ipv4Addr::new(198, 51, 100, 10);
+    let service6: Ipv6Addr = "64:ff9b::c633:640a".parse().unwrap();
+    let request = ethernet(ETH_IPV4, &ipv4(V4_HOST, service, 64, 6, 0x4000, &tcp(40000, 443, b"hello"), Some(16)));
+
+    let run = xlat.run(&request, net.v4);
+    assert_eq!(run.verdict, TC_ACT_UNSPEC, "outside every range and EAM: not the translator's");
+    assert_eq!(run.packet, request, "untouched");
+
+    xlat.add_translatable(Ipv4Addr::new(198, 51, 100, 0), 24);
+    let run = xlat.run(&request, net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "forwarded to the IPv6 side");
+    assert_eq!(&run.packet[0..6], &V6_HOST_MAC);
+    assert_well_formed(&run.packet);
+    assert_eq!(v6_addrs(&run.packet), (V4_HOST_AS_V6, service6), "both addresses under the prefix");
+    assert_eq!(&l3(&run.packet)[60..], b"hello");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_FORWARDED), 1);
+
+    let reply = ethernet(ETH_IPV6, &ipv6(service6, V4_HOST_AS_V6, 64, 6, &tcp(443, 40000, b"world"), Some(16)));
+    let run = xlat.run(&reply, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    assert_eq!(v4_addrs(&run.packet), (service, V4_HOST), "the reply comes from the address the client used");
+
+    // An ICMP error about that reply reaches the service too (PMTUD):
+    // Fragmentation Needed 1300 becomes Packet Too Big 1320, the quoted
+    // reply translated back.
+    let quoted = ipv4(service, V4_HOST, 63, 6, 0x4000, &tcp(443, 40000, b"world"), Some(16));
+    let error = ethernet(ETH_IPV4, &ipv4(V4_HOST, service, 64, 1, 0, &icmp(3, 4, [0, 0, 0x05, 0x14], &quoted), Some(2)));
+    let run = xlat.run(&error, net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    assert_eq!(v6_addrs(&run.packet), (V4_HOST_AS_V6, service6));
+    let message = &l3(&run.packet)[40..];
+    assert_eq!((message[0], &message[4..8]), (2, &1320u32.to_be_bytes()[..]), "Packet Too Big, MTU 1320");
+    assert_eq!((&message[8 + 8..8 + 24], &message[8 + 24..8 + 40]), (&service6.octets()[..], &V4_HOST_AS_V6.octets()[..]));
+
+    // An EAM inside the range still wins (RFC 7757): 198.51.100.6 is V6_HOST.
+    let to_eam = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, b"x"), Some(6)));
+    assert_eq!(v6_addrs(&xlat.run(&to_eam, net.v4).packet), (V4_HOST_AS_V6, V6_HOST));
+}
+
+#[test]
 fn traffic_outside_the_mapping_passes_untouched_and_uncounted() {
     let net = Net::enter();
     let xlat = Xlat::load("outside");

@@ -41,6 +41,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_eam4 SEC(".maps");
 
+/* IPv4 destinations translated into the RFC 6052 prefix (nat64.translatable):
+ * IPv6 services with IPv4-embedded addresses, reached from IPv4 by the
+ * stateless translator alone (stateless NAT46). The value is unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, V6N_XLAT4_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6n_lpm4_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_xlat4 SEC(".maps");
+
 static __always_inline const struct v6n_nat64_config *v6n_nat64_config(void)
 {
 	__u32 key = 0;
@@ -188,6 +200,22 @@ static __always_inline int v6n_map_4to6(const struct v6n_nat64_config *cfg, __be
 		return -1;
 	}
 	return 0;
+}
+
+/* IPv4 -> IPv6 for an IPv4 destination: EAM, else, in a nat64.translatable
+ * range, embedded in the RFC 6052 prefix (an IPv4-translatable IPv6 address,
+ * RFC 6052 2.3). -1: not a destination the translator serves. Out of line,
+ * so that its keys do not count against its caller's stack. */
+static __noinline int v6n_map_4to6_dst(const struct v6n_nat64_config *cfg, __be32 addr, struct in6_addr *out)
+{
+	struct v6n_lpm4_key key = { .prefixlen = 32 };
+
+	if (v6n_map_4to6_eam(addr, out) == 0)
+		return 0;
+	__builtin_memcpy(key.addr, &addr, 4);
+	if (!bpf_map_lookup_elem(&v6n_xlat4, &key))
+		return -1;
+	return v6n_map_4to6(cfg, addr, out);
 }
 
 #endif /* V6NODE_LIB_NAT64_H */

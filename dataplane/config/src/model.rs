@@ -181,7 +181,7 @@ pub struct Filter {
     pub deny_sources: Vec<Ipv6Net>,
 }
 
-fn serialize_displayed<S: Serializer>(nets: &[Ipv6Net], s: S) -> Result<S::Ok, S::Error> {
+fn serialize_displayed<T: fmt::Display, S: Serializer>(nets: &[T], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(nets.iter().map(|n| n.to_string()))
 }
 
@@ -195,11 +195,15 @@ pub struct Nat64 {
     pub prefix: Ipv6Net,
     /// RFC 7757 explicit address mappings, in config order.
     pub eam: Vec<Eam>,
+    /// IPv4 destinations translated into `prefix` (IPv4-translatable IPv6
+    /// addresses, RFC 6052): stateless NAT46 to IPv6 services numbered so.
+    #[serde(serialize_with = "serialize_displayed")]
+    pub translatable: Vec<Ipv4Net>,
 }
 
 impl Default for Nat64 {
     fn default() -> Self {
-        Nat64 { devices: Vec::new(), prefix: well_known_prefix(), eam: Vec::new() }
+        Nat64 { devices: Vec::new(), prefix: well_known_prefix(), eam: Vec::new(), translatable: Vec::new() }
     }
 }
 

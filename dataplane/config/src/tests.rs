@@ -721,3 +721,17 @@ fn routing_refuses_bad_asns_and_peers_with_the_reason() {
     bad(&with("announce = [\"::/0\"]"), "routing.announce[0]", "default route");
     bad(&with("announce = [\"pod-prefixes\", \"pod-prefixes\"]"), "routing.announce[1]", "announced already (item 0)");
 }
+
+#[test]
+fn nat64_translatable_ranges() {
+    let c = ok("[nat64]\ntranslatable = [\"198.51.100.0/24\", \"203.0.113.10/32\"]\n");
+    let ranges: Vec<String> = c.nat64.translatable.iter().map(ToString::to_string).collect();
+    assert_eq!(ranges, ["198.51.100.0/24", "203.0.113.10/32"]);
+    assert!(ok("").nat64.translatable.is_empty());
+    let list = |items: &str| format!("[nat64]\ntranslatable = [{items}]\n");
+    bad(&list(r#""198.51.100.0/24", "198.51.100.128/25""#), "nat64.translatable[1]", "overlaps 198.51.100.0/24 (item 0)");
+    bad(&list(r#""198.51.100.1/24""#), "nat64.translatable[0]", "host bits set");
+    bad(&list(r#""198.51.100.1""#), "nat64.translatable[0]", "write 198.51.100.1/32");
+    bad(&list(r#""2001:db8::/120""#), "nat64.translatable[0]", "not an IPv4 prefix");
+    bad("[nat64]\ntranslatable = \"198.51.100.0/24\"\n", "nat64.translatable", "array");
+}

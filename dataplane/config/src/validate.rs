@@ -50,7 +50,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
     }
 
-    if let Some(t) = v.section(root, "nat64", &["devices", "prefix", "eam"])? {
+    if let Some(t) = v.section(root, "nat64", &["devices", "prefix", "eam", "translatable"])? {
         if let Some(items) = v.strings(t, "nat64.devices")? {
             cfg.nat64.devices = v.devices("nat64.devices", &items)?;
         }
@@ -59,6 +59,9 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
         if let Some(value) = t.get("eam") {
             cfg.nat64.eam = v.eams("nat64.eam", value)?;
+        }
+        if let Some(items) = v.strings(t, "nat64.translatable")? {
+            cfg.nat64.translatable = v.translatable("nat64.translatable", &items)?;
         }
     }
 
@@ -246,6 +249,27 @@ impl Validator<'_> {
 }
 
 impl Validator<'_> {
+    /// `translatable = ["198.51.100.0/24", ...]`: IPv4 prefixes, none inside
+    /// another (the table is a longest-prefix match; nesting would mean
+    /// nothing).
+    fn translatable(&self, path: &str, items: &[&str]) -> Result<Vec<Ipv4Net>> {
+        // The translator's table size (abi.h).
+        let max = v6node_abi::XLAT4_MAX as usize;
+        if items.len() > max {
+            return Err(self.err(path, format!("{} prefixes; at most {max} are supported", items.len())));
+        }
+        let mut out: Vec<Ipv4Net> = Vec::with_capacity(items.len());
+        for (i, s) in items.iter().enumerate() {
+            let key = format!("{path}[{i}]");
+            let net = eam_ipv4(s).map_err(|r| self.err(&key, r))?;
+            if let Some(j) = out.iter().position(|n| n.contains(&net) || net.contains(n)) {
+                return Err(self.err(&key, format!("{net} overlaps {} (item {j})", out[j])));
+            }
+            out.push(net);
+        }
+        Ok(out)
+    }
+
     /// `eam = [{ ipv6 = "...", ipv4 = "..." }, ...]`
     fn eams(&self, path: &str, value: &Value) -> Result<Vec<Eam>> {
         let Value::Array(items) = value else {

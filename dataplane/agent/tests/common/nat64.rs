@@ -91,6 +91,12 @@ impl Xlat {
         eam4.insert(&Key::new(v4_len.into(), v4.octets()), value, 0).unwrap();
     }
 
+    /// nat64.translatable: IPv4 destinations in v4/len go to the prefix.
+    pub fn add_translatable(&mut self, v4: Ipv4Addr, len: u8) {
+        let mut table: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(self.ebpf.map_mut(maps::XLAT4).unwrap()).unwrap();
+        table.insert(&Key::new(len.into(), v4.octets()), 1, 0).unwrap();
+    }
+
     /// Runs the program on `packet` as if it had arrived on `ifindex`.
     pub fn run(&self, packet: &[u8], ifindex: u32) -> Run {
         self.try_run(packet, ifindex).expect("BPF_PROG_TEST_RUN")

@@ -260,6 +260,7 @@ struct v6n_ct_value {
 #define V6N_COUNTERS_MAX 16384 /* ~a dozen slots per pod at 110 pods, plus uplinks */
 #define V6N_ENDPOINTS_MAX 65536
 #define V6N_EAM_MAX 65536
+#define V6N_XLAT4_MAX 1024 /* IPv4 ranges translated into the prefix (nat64.translatable) */
 #define V6N_DENY_SRC_MAX 262144
 
 #endif /* V6NODE_ABI_H */
