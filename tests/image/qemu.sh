@@ -124,7 +124,7 @@ launch_plain_vm() {
 # survive; a power cycle is what a node's BMC would do anyway. SCRIPT runs at
 # every boot and appends to OUTDIR/results. Returns 124 if a boot timed out.
 power_cycle_with_script() {
-    local out=$1 script=$2 max_boots=$3 boot rc=0 vm_options
+    local out=$1 script=$2 max_boots=$3 boot rc=0 vm_options saved=("${guest_credentials[@]}")
     shift 3
     mkdir -p "$out"
     rm -f "$out/results" "$out/console.log"
@@ -138,6 +138,8 @@ power_cycle_with_script() {
         ((rc == 0)) || break
         grep -q '^1\.\.[0-9]' "$out/results" 2>/dev/null && break
     done
+    # The unit and script belong to these boots only, as in boot_and_collect.
+    guest_credentials=("${saved[@]}")
     touch "$out/results"
     return "$rc"
 }
