@@ -97,13 +97,17 @@ state_kept() {
         [[ "$(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub)" == "$(cat "$state/host-key")" ]] &&
         systemctl is-active -q v6node-dataplane.service
 }
-# tampered KIND: V3 from a source where its UKI was changed after
-# publishing is refused, and nothing changes.
+# tampered KIND REASON: V3 from a source where its UKI was changed after
+# publishing is refused for REASON (a pattern of systemd-sysupdate's
+# output), and nothing changes.
 tampered_refused() {
+    local output
     cat "$creds/v6node.test.url-tampered-$1" >/etc/v6node/update.url &&
         systemctl restart v6node-update-source.service || return 1
     grep -qx Verify=yes /run/sysupdate.d/30-uki.transfer || { echo "signatures not checked"; return 1; }
-    if systemd-sysupdate update 2>&1 | tail -n 5; then echo "the update was taken"; return 1; fi
+    if output=$(systemd-sysupdate update 2>&1); then echo "the update was taken"; return 1; fi
+    tail -n 5 <<<"$output"
+    grep -q "$2" <<<"$output" || { echo "refused, but not for: $2"; return 1; }
     layout
     [[ ! -e "$esp/v6node_$v3+3-0.efi" ]] && [[ -e "$esp/v6node_$v2.efi" ]]
 }
@@ -152,8 +156,10 @@ case "$version:$(grep -c "^$version " "$state/boots")" in
     pass_if "$v2 runs from slot B and is blessed once healthy" blessed
     pass_if "/etc, /var, the SSH host key carried over" state_kept
     pass_if "the Kubernetes sysext carried over: merged at boot on $v2" kubelet_is "$kubernetes"
-    pass_if "an artifact changed after SHA256SUMS is refused; nothing changes" tampered_refused file
-    pass_if "SHA256SUMS changed to match it fails its signature; nothing changes" tampered_refused sums
+    pass_if "an artifact changed after SHA256SUMS is refused (its checksum); nothing changes" \
+        tampered_refused file 'Checksum of .*v6node_'"$v3"'\.efi file did not check out'
+    pass_if "SHA256SUMS changed to match it fails its signature; nothing changes" \
+        tampered_refused sums 'Signature verification failed'
     pass_if "$v3 installed from the source in /etc/v6node/update.url" update_from_config_file
     # Each try of V3 is the same boot (not healthy, reboot), two minutes
     # under TCG: the test marks two as spent, which systemd-boot counts on
