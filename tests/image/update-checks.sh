@@ -62,7 +62,7 @@ sysext_component_updates() {
     ls -l /var/lib/extensions/kubernetes.raw.v/
     [[ -f "/var/lib/extensions/kubernetes.raw.v/kubernetes_$kubernetes.raw" ]] || return 1
     systemd-sysext refresh || return 1
-    echo "systemd-sysupdate --component=kubernetes update and systemd-sysext refresh: $((SECONDS - started)) s"
+    echo "$((SECONDS - started))" >"$state/sysext-update"
     kubelet_is "$kubernetes"
 }
 
@@ -138,6 +138,7 @@ figures() {
     echo "update to $v2: systemd-sysupdate update $took s; from its start to $v2 running $((booted_v2 - started)) s, blessed $(($(cat "$state/blessed-$v2") - started)) s (TCG)"
     echo "first boot of the image as built (a re-imaged node): $(cat "$state/first-boot")"
     echo "fallback: from the reboot into $v3 to $v2 running again $((back - into_v3)) s (TCG, its last try)"
+    echo "Kubernetes sysext $kubernetes: systemd-sysupdate --component=kubernetes update and systemd-sysext refresh $(cat "$state/sysext-update") s (TCG)"
 }
 
 case "$version:$(grep -c "^$version " "$state/boots")" in
