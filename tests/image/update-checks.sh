@@ -30,7 +30,7 @@ save_tap() { echo "$tap_count" >"$state/tap_count"; echo "$tap_failed" >"$state/
 v1=$(cat "$creds/v6node.test.v1") v2=$(cat "$creds/v6node.test.v2") v3=$(cat "$creds/v6node.test.v3")
 version=$(. /usr/lib/os-release && echo "$IMAGE_VERSION")
 echo "$version $(date +%s)" >>"$state/boots"
-echo "# boot $(wc -l <"$state/boots"): version $version, $(findmnt -n -o SOURCE /usr)"
+echo "# boot $(wc -l <"$state/boots"): version $version, /usr from $(findmnt -n -f -o SOURCE /usr)"
 # systemd-gpt-auto-generator mounts the ESP on /boot (automount).
 esp=/boot/EFI/Linux
 
