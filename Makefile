@@ -5,6 +5,7 @@
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
+## V6NODE_SECURE_BOOT_KEY=... V6NODE_SECURE_BOOT_CERTIFICATE=... sign it.
 image:
 	scripts/setup-host
 	scripts/mkosi -f build
