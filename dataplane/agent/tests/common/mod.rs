@@ -48,7 +48,9 @@ pub fn load_object(object: &[u8], programs: &[&str], test: &str) -> (Ebpf, PinDi
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/v6node-test-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&pin_dir)
         .unwrap_or_else(|e| panic!("creating {} (run as root with a bpffs on /sys/fs/bpf): {e}", pin_dir.display()));
-    let mut ebpf = EbpfLoader::new().default_map_pin_directory(&pin_dir).load(object).expect("loading a BPF object (needs root)");
+    // Held from here, so that a load the verifier refuses removes the pins too.
+    let pins = PinDir(pin_dir);
+    let mut ebpf = EbpfLoader::new().default_map_pin_directory(&pins.0).load(object).expect("loading a BPF object (needs root)");
     for name in programs {
         let result = match ebpf.program_mut(name).unwrap_or_else(|| panic!("no program {name}")) {
             Program::SchedClassifier(program) => verifier::load_retrying(program),
@@ -57,7 +59,7 @@ pub fn load_object(object: &[u8], programs: &[&str], test: &str) -> (Ebpf, PinDi
         };
         result.unwrap_or_else(|e| panic!("verifier rejected {name}: {e:#?}"));
     }
-    (ebpf, PinDir(pin_dir))
+    (ebpf, pins)
 }
 
 /// Runs `program` on `packet` as if it had arrived on (or been sent
