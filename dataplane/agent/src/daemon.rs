@@ -526,7 +526,8 @@ impl Daemon {
     }
 
     /// Brings attachments and BIG TCP in line with the devices present now.
-    /// Returns whether what is attached changed (then its self-test ran).
+    /// Returns whether the attachments (or BIG TCP) changed; then the
+    /// self-test ran.
     async fn reconcile_devices(&mut self) -> bool {
         let config = self.loaded.config.clone();
         let mode = TcMode::resolve(config.attach.mode);

@@ -1,11 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Keeps the pinned BPF tables equal to the configuration.
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::Path,
-    time::Instant,
-};
+use std::{collections::HashMap, path::Path, time::Instant};
 
 use anyhow::{Context, Result};
 use aya::maps::{
@@ -82,15 +78,17 @@ pub struct Nat64Stats {
     pub translatable: SyncStats,
 }
 
-/// Makes an EAM table hold exactly `wanted`: writes first, removals last.
-fn sync_trie<const N: usize>(
-    trie: &mut LpmTrie<MapData, [u8; N], EamValue>,
-    wanted: &[((u32, [u8; N]), EamValue)],
+/// Makes an LPM table (`what`, for errors) hold exactly `wanted`: writes
+/// first; the stale keys are returned for the caller to remove last.
+fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
+    trie: &mut LpmTrie<MapData, [u8; N], V>,
+    wanted: &[((u32, [u8; N]), V)],
     stats: &mut SyncStats,
+    what: &str,
 ) -> Result<Vec<(u32, [u8; N])>> {
-    let mut current: HashMap<(u32, [u8; N]), EamValue> = HashMap::new();
+    let mut current: HashMap<(u32, [u8; N]), V> = HashMap::new();
     for entry in trie.iter() {
-        let (key, value) = entry.context("reading an EAM table")?;
+        let (key, value) = entry.with_context(|| format!("reading the {what} table"))?;
         current.insert((key.prefix_len(), key.data()), value);
     }
     for (slot, value) in wanted {
@@ -99,7 +97,7 @@ fn sync_trie<const N: usize>(
             Some(_) => stats.updated += 1,
             None => stats.inserted += 1,
         }
-        trie.insert(&Key::new(slot.0, slot.1), *value, 0).context("writing an EAM entry")?;
+        trie.insert(&Key::new(slot.0, slot.1), *value, 0).with_context(|| format!("writing a {what} entry"))?;
     }
     Ok(current.into_keys().collect())
 }
@@ -128,10 +126,10 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     let by4: Vec<_> = values.iter().map(|v| ((u32::from(v.ipv4_len), v.ipv4), *v)).collect();
     let mut stats = SyncStats { entries: values.len(), ..SyncStats::default() };
     let read_and_write = Instant::now();
-    let stale6 = sync_trie(&mut eam6, &by6, &mut stats)?;
+    let stale6 = sync_trie(&mut eam6, &by6, &mut stats, "EAM")?;
     // Each mapping counts once, though it lives in both tables.
     let mut stats4 = SyncStats::default();
-    let stale4 = sync_trie(&mut eam4, &by4, &mut stats4)?;
+    let stale4 = sync_trie(&mut eam4, &by4, &mut stats4, "EAM")?;
 
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
     let value = Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), pad: [0; 3] };
@@ -155,23 +153,13 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
 fn sync_translatable(pin_dir: &Path, ranges: &[Ipv4Net]) -> Result<SyncStats> {
     let mut table: LpmTrie<MapData, [u8; 4], u8> = bpf::open_pinned_map(pin_dir, maps::XLAT4)?;
     let started = Instant::now();
-    let mut current = HashSet::new();
-    for entry in table.iter() {
-        let (key, _) = entry.context("reading the translatable table")?;
-        current.insert((key.prefix_len(), key.data()));
-    }
+    let wanted: Vec<_> = ranges.iter().map(|r| ((u32::from(r.prefix_len()), r.network().octets()), 1u8)).collect();
     let mut stats = SyncStats { entries: ranges.len(), ..SyncStats::default() };
-    for range in ranges {
-        let slot = (u32::from(range.prefix_len()), range.network().octets());
-        if !current.remove(&slot) {
-            table.insert(&Key::new(slot.0, slot.1), 1, 0).with_context(|| format!("writing translatable range {range}"))?;
-            stats.inserted += 1;
-        }
-    }
-    for (len, addr) in &current {
+    let stale = sync_trie(&mut table, &wanted, &mut stats, "translatable")?;
+    for (len, addr) in &stale {
         table.remove(&Key::new(*len, *addr)).context("removing a stale translatable range")?;
     }
-    stats.removed = current.len();
+    stats.removed = stale.len();
     stats.write_micros = started.elapsed().as_micros() as u64;
     Ok(stats)
 }
