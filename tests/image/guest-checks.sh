@@ -372,9 +372,13 @@ units_hardened() {
     # needs can reach; the dataplane agent, loading BPF, is measured at 2.0 too
     # (it may reach localhost only, until the join adds the API server). The
     # health check listener is open to the network, so it has nothing else.
+    # end-connections holds CAP_SYS_ADMIN for setns() and nothing else; its
+    # socket must be listening for the agent's requests.
     local unit report bad=0
+    systemctl is-active -q v6node-end-connections.socket || { systemctl status v6node-end-connections.socket; bad=1; }
     for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service \
-        v6node-health-checks.service v6node-update-source.service v6node-boot-health.service; do
+        v6node-health-checks.service v6node-update-source.service v6node-boot-health.service \
+        v6node-end-connections@check.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done
@@ -628,7 +632,7 @@ default)
     pass_if "the old partition table is gone; root and its ext4 fill the disk" root_fills_reimaged_disk
     pass_if "sshd runs, root has no default password" ssh_without_default_password
     pass_if "resolver has no public fallback servers, no LLMNR/mDNS" resolver_uses_only_the_network
-    pass_if "v6node units are hardened (systemd-analyze security)" units_hardened
+    pass_if "v6node units are hardened (systemd-analyze security); end-connections.socket listens" units_hardened
     pass_if "containerd runs with v6node's config; no join without credentials" kubernetes_ready_to_join
     pass_if "BGP waits for [routing]: v6node-bgp.path active, bird not running" bgp_waits_for_routing
     pass_if "[routing] by reload starts v6node-bgp.service; status shows its session; removed: no sessions" bgp_started_by_routing

@@ -94,6 +94,17 @@ def udp():
 threading.Thread(target=udp, daemon=True).start()
 class Name(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path == "/hold":
+            # Answers, then holds the connection until the client ends it.
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(name.encode() + b"\n")
+            self.wfile.flush()
+            try:
+                self.rfile.read()
+            except OSError:
+                pass
+            return
         # /peer: who the connection came from, as the pod sees it.
         body = ((self.client_address[0] if self.path == "/peer" else name) + "\n").encode()
         self.send_response(200)
@@ -114,6 +125,61 @@ s.settimeout(2)
 s.sendto(b"query", (sys.argv[1], int(sys.argv[2])))
 data, peer = s.recvfrom(512)
 print(data.decode(), "from", "[%s]:%d" % peer[:2])
+PY
+# hold.py STOP TARGET...: holds connections open until the file STOP exists.
+# TARGET is tcp|udp,ADDRESS,PORT[,COUNT]: COUNT connections (TCP: /hold, UDP:
+# a connected socket's query); prints "N PROTO ADDRESS BACKEND" for each, then
+# "ready". Once STOP exists: "N PROTO ADDRESS BACKEND open", or "... ended
+# HOW WALLCLOCK_NS" for one that ended (HOW: an errno name, or closed).
+cat >"$work/hold.py" <<'PY'
+import errno, os, socket, sys, time
+held = []
+for target in sys.argv[2:]:
+    proto, addr, port, *count = target.split(",")
+    for _ in range(int(count[0]) if count else 1):
+        if proto == "tcp":
+            s = socket.create_connection((addr, int(port)), timeout=3)
+            s.sendall(b"GET /hold HTTP/1.0\r\n\r\n")
+            data = b""
+            while b"\r\n\r\n" not in data or not data.split(b"\r\n\r\n", 1)[1].endswith(b"\n"):
+                chunk = s.recv(512)
+                if not chunk:
+                    sys.exit("closed before the answer")
+                data += chunk
+            backend = data.split(b"\r\n\r\n", 1)[1].decode().strip()
+        else:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            s.settimeout(3)
+            s.connect((addr, int(port)))
+            s.send(b"query")
+            backend = s.recv(512).decode().split()[0]
+        s.setblocking(False)
+        held.append({"proto": proto, "addr": addr, "backend": backend, "sock": s, "end": None})
+        print(len(held) - 1, proto, addr, backend, flush=True)
+print("ready", flush=True)
+def ended(e):
+    return errno.errorcode.get(e.errno, str(e.errno)), time.time_ns()
+while not os.path.exists(sys.argv[1]):
+    for h in held:
+        if h["end"] is None:
+            try:
+                if h["sock"].recv(512) == b"":
+                    h["end"] = ("closed", time.time_ns())
+            except BlockingIOError:
+                pass
+            except OSError as e:
+                h["end"] = ended(e)
+    time.sleep(0.01)
+for i, h in enumerate(held):
+    if h["end"] is None and h["proto"] == "udp":
+        h["sock"].settimeout(2)
+        try:
+            h["sock"].send(b"query")
+            h["sock"].recv(512)
+        except OSError as e:
+            h["end"] = ended(e)
+    fate = "open" if h["end"] is None else "ended %s %d" % h["end"]
+    print(i, h["proto"], h["addr"], h["backend"], fate, flush=True)
 PY
 for pod in pod-1 pod-2; do
     ip netns exec "$id-$pod" python3 "$work/pod.py" "$pod" "${pod_ip[$pod]}" &
@@ -158,6 +224,7 @@ cp "$work/cp/etc/pki/ca.crt" "$work/ca.crt"
 dataplane_identity >"$work/token" || { echo "Bail out! no token for the dataplane's ServiceAccount"; exit 1; }
 dataplane_kubeconfig "$work/ca.crt" "$work/token" >"$work/dataplane.conf"
 make_node node-a fd00:9::a fd00:10:244:a::/64
+end_connections_listen
 agent_start
 
 # --- the hooks, and the API server's own Service ----------------------------
@@ -402,6 +469,78 @@ pass_if "edge's endpoint leaves: the health check says 503, no local endpoint" r
 refused_from_outside() { from_outside curl -s -m 3 -o /dev/null "http://[fd00:9::a]:30090/"; [[ $? == 7 ]]; }
 pass_if "and a connection from outside to NodePort 30090 is refused (curl exit 7), not left to time out" \
     retry 10 refused_from_outside
+
+# --- connections to a backend that leaves end; while it is listed, they stay -------
+# pod-h (made by v6node-cni, so the agent knows its namespace) and the node's
+# own processes hold connections through web's ClusterIP, over both backends
+# (affinity off, so that they spread).
+kc patch service web --type=merge -p '{"spec":{"sessionAffinity":"None"}}' >/dev/null
+affinity_off() { [[ "$(jq_status --arg v "$vip" '.services.frontends[] | select(.address.ip == $v and .address.port == 80) | .affinity_seconds')" == null ]]; }
+retry 20 affinity_off
+kc patch endpointslice web-1 --type=json \
+    -p "[{\"op\":\"replace\",\"path\":\"/endpoints\",\"value\":[{\"addresses\":[\"${pod_ip[pod-1]}\"],\"conditions\":{\"ready\":true}},{\"addresses\":[\"${pod_ip[pod-2]}\"],\"conditions\":{\"ready\":true}}]}]" >/dev/null
+retry 20 both_backends
+rm -f "$work/hold.stop"
+in_cgroup "$id-pod-h" python3 "$work/hold.py" "$work/hold.stop" "tcp,$vip,80,16" "udp,$vip,53,16" \
+    "tcp,${pod_ip[pod-2]},8080" >"$work/hold-pod.log" 2>&1 &
+hold_pod=$!
+in_cgroup "$node" python3 "$work/hold.py" "$work/hold.stop" "tcp,$vip,80,16" >"$work/hold-node.log" 2>&1 &
+hold_node=$!
+holding() { grep -qx ready "$work/hold-pod.log" && grep -qx ready "$work/hold-node.log"; }
+retry 20 holding
+ended_before=$(jq_status '.services.ended_connections.connections // 0')
+# pod-2 not ready: out of the tables, still in the slice.
+kc patch endpointslice web-1 --type=json -p '[{"op":"replace","path":"/endpoints/1/conditions/ready","value":false}]' >/dev/null
+retry 20 one_backend
+sleep 1.5
+left_at=$(date +%s%N)
+kc patch endpointslice web-1 --type=json -p '[{"op":"remove","path":"/endpoints/1"}]' >/dev/null
+ended_recorded() { (($(jq_status '.services.ended_connections.connections // 0') > ended_before)); }
+retry 10 ended_recorded
+sleep 1
+touch "$work/hold.stop"
+wait "$hold_pod" "$hold_node"
+sed 's/^/# /' "$work/hold-pod.log" "$work/hold-node.log" | grep -v ' open$' | grep -v ' ready$'
+# fates LOG PROTO ADDRESS BACKEND: the fate of each such connection, one per line.
+fates() { awk -v p="$2" -v a="$3" -v b="$4" '$2 == p && $3 == a && $4 == b && NF > 4 { print ($5 == "open" ? "open" : $6 " " $7) }' "$1"; }
+# all_ended_after_leaving LOG PROTO: every connection of LOG's PROTO on pod-2
+# through the VIP ended with ECONNABORTED, after pod-2 left the slice
+# (none while it was only not ready), within 2 s; prints the slowest.
+all_ended_after_leaving() {
+    local how at count=0 slowest=0 ms
+    while read -r how at; do
+        [[ "$how" == ECONNABORTED ]] && ((at > left_at)) || { echo "# $how at $at (left at $left_at)"; return 1; }
+        ms=$(((at - left_at) / 1000000))
+        ((ms > slowest)) && slowest=$ms
+        count=$((count + 1))
+    done < <(fates "$1" "$2" "$vip" pod-2)
+    echo "# $count $2 connection(s) ended; the last $slowest ms after kubectl returned"
+    ((count > 0 && slowest < 2000))
+}
+# end_ms LOG PROTO: when the last of them ended, in ms after kubectl returned.
+end_ms() { fates "$1" "$2" "$vip" pod-2 | awk -v t="$left_at" '$1 != "open" { ms = ($2 - t) / 1e6; if (ms > m) m = ms } END { printf "%d", m }'; }
+all_open() { [[ -n "$(fates "$@")" ]] && ! fates "$@" | grep -vqx open; }
+pass_if "pod-2 not ready (still in the slice): its connections stay; gone from the slice: pod-h's TCP connections to it through [VIP]:80 end (ECONNABORTED), $(end_ms "$work/hold-pod.log" tcp) ms after kubectl returned (under 2 s)" \
+    all_ended_after_leaving "$work/hold-pod.log" tcp
+pass_if "and pod-h's connected UDP sockets to it through [VIP]:53 end too (ECONNABORTED)" \
+    all_ended_after_leaving "$work/hold-pod.log" udp
+pass_if "the node's own processes' connections to it through [VIP]:80 end too" \
+    all_ended_after_leaving "$work/hold-node.log" tcp
+pod1_open() {
+    all_open "$work/hold-pod.log" tcp "$vip" pod-1 && all_open "$work/hold-pod.log" udp "$vip" pod-1 &&
+        all_open "$work/hold-node.log" tcp "$vip" pod-1
+}
+pass_if "connections through the VIP to pod-1 stay open (TCP from pod-h and the node; UDP answered)" pod1_open
+pass_if "a connection to pod-2's own address (not through the Service) stays open" \
+    all_open "$work/hold-pod.log" tcp "${pod_ip[pod-2]}" pod-2
+ended_counted() {
+    local expected now
+    expected=$(cat "$work/hold-pod.log" "$work/hold-node.log" | grep -c " $vip pod-2 ended ECONNABORTED ")
+    now=$(jq_status '.services.ended_connections.connections')
+    echo "# status: $((now - ended_before)) ended, $expected seen ended; error: $(jq_status '.services.ended_connections.error')"
+    ((now - ended_before == expected)) && [[ "$(jq_status '.services.ended_connections.error')" == null ]]
+}
+pass_if "status counts exactly those connections as ended, without error" ended_counted
 
 cni_pod_h DEL '[]' >/dev/null
 host_ports_gone() { ! jq_status '.services.frontends[].kind' | grep -qx host-port; }

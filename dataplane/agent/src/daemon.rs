@@ -29,6 +29,7 @@ use crate::{
     attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
     bgp, bigtcp,
     cluster::{self, Cluster},
+    connections::{self, LeftBackend},
     endpoints::Endpoints,
     files, health_checks, logging, metrics, netdev,
     paths::Paths,
@@ -351,10 +352,38 @@ impl Daemon {
         view.add_host_ports(self.endpoints.host_ports(node_address.as_slice()));
         let previous = self.state.lock().expect("state lock").services.clone();
         let masquerade = self.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
-        let next = self.services.apply(&self.paths.pin_dir, &view, masquerade, previous.as_ref());
+        let (next, left) = self.services.apply(&self.paths.pin_dir, &view, masquerade, previous.as_ref());
         if previous.as_ref() != Some(&next) {
             self.update(|s| s.services = Some(next));
         }
+        if !left.is_empty() {
+            self.end_connections(left);
+        }
+    }
+
+    /// Has `end-connections` end what the service tables gave backends that
+    /// have now left them, off the agent's loop: the tables are already
+    /// written, so no new connection reaches those backends meanwhile.
+    fn end_connections(&self, left: Vec<LeftBackend>) {
+        let request = connections::Request { left, namespaces: self.endpoints.namespaces() };
+        let (paths, state) = (self.paths.clone(), self.state.clone());
+        tokio::spawn(async move {
+            let outcome = connections::request(&paths.end_connections_socket(), &request).await;
+            match &outcome {
+                Ok(reply) if reply.errors.is_empty() => log::info!(
+                    "{} backend(s) left their Service: {} connection(s) to them ended",
+                    request.left.len(),
+                    reply.ended
+                ),
+                Ok(reply) => log::warn!("ending connections to backends that left: {}", reply.errors.join("; ")),
+                Err(e) => log::warn!("ending connections to {} backend(s) that left: {e:#}", request.left.len()),
+            }
+            let mut state = state.lock().expect("state lock");
+            state.ended_connections.get_or_insert_default().record(&outcome);
+            if let Err(e) = state::write(&paths, &state) {
+                log::warn!("{e:#}");
+            }
+        });
     }
 
     /// bird's configuration from routing.* and the node's prefixes: its

@@ -101,6 +101,13 @@ impl Endpoints {
         self.records.values().cloned().collect()
     }
 
+    /// The pods' network namespaces, each once.
+    pub fn namespaces(&self) -> Vec<std::path::PathBuf> {
+        let paths: std::collections::BTreeSet<&str> =
+            self.records.values().map(|s| s.endpoint.netns.as_str()).filter(|n| !n.is_empty()).collect();
+        paths.into_iter().map(Into::into).collect()
+    }
+
     /// The pod programs on the host side of every endpoint's pair.
     pub fn wanted(&self, wanted: &mut Wanted) {
         for state in self.records.values() {

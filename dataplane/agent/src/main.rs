@@ -6,6 +6,7 @@ mod bgp;
 mod bigtcp;
 mod bpf;
 mod cluster;
+mod connections;
 mod counters;
 mod daemon;
 mod detach;
@@ -105,6 +106,13 @@ enum Command {
     /// Runs in its own unit (v6node-health-checks.service), without
     /// capabilities: the agent itself stays closed to the network.
     HealthChecks,
+    /// End the connections Services gave backends that have left them: one
+    /// request from the agent on stdin, the answer on stdout.
+    ///
+    /// Started per request by v6node-end-connections.socket, with the
+    /// CAP_SYS_ADMIN that entering pods' network namespaces takes and that
+    /// the agent itself does not hold.
+    EndConnections,
 }
 
 fn main() -> ExitCode {
@@ -122,6 +130,7 @@ fn main() -> ExitCode {
             .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(health_checks::run(&cli.paths)))
             .map(|()| ExitCode::SUCCESS),
+        Command::EndConnections => connections::serve(&cli.paths.pin_dir).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

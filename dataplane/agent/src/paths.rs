@@ -46,6 +46,11 @@ impl Paths {
         self.state_dir.join("endpoints.sock")
     }
 
+    /// Where `end-connections` listens (v6node-end-connections.socket).
+    pub fn end_connections_socket(&self) -> PathBuf {
+        self.state_dir.join("end-connections.sock")
+    }
+
     /// The pods the agent routes, kept across agent restarts.
     pub fn endpoints_file(&self) -> PathBuf {
         self.state_dir.join("endpoints.json")

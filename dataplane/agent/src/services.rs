@@ -9,6 +9,9 @@
 //! remembers the slot, holds); a leaving backend's slot is taken by a new
 //! one, or by the last slot when there is none.
 //!
+//! A backend that leaves a frontend is returned with it, so that the
+//! connections the frontend gave it can be ended (`connections`).
+//!
 //! A frontend reached from outside also has a Maglev table (v6n_maglev) over
 //! the backends such connections may go to, written before its slot 0 names
 //! it external, and the uplink masquerades as the address in v6n_lb_cfg.
@@ -30,7 +33,7 @@ use v6node_k8s::{
     ServiceProblem, ServicesView,
 };
 
-use crate::{bpf, maglev, tables::SyncStats};
+use crate::{bpf, connections::LeftBackend, maglev, tables::SyncStats};
 
 /// A backend as the tables know it: its transport address.
 type BackendAddr = (std::net::Ipv6Addr, u16, u8);
@@ -57,6 +60,9 @@ struct Current {
     /// Frontend ids with a Maglev table.
     maglev: BTreeSet<u32>,
     masquerade: Option<std::net::Ipv6Addr>,
+    /// Per frontend, the endpoints its slices listed at the last sync
+    /// (`Frontend::listed`); not in the kernel, so empty after a restart.
+    listed: BTreeMap<Address, BTreeSet<(std::net::Ipv6Addr, u16)>>,
 }
 
 #[derive(Default)]
@@ -202,6 +208,17 @@ fn place(old: &[u32], wanted: &BTreeSet<u32>) -> Vec<u32> {
     slots.into_iter().flatten().collect()
 }
 
+/// The endpoints a frontend had: the backends in its slots and what its
+/// slices listed.
+fn endpoints_known(
+    addresses: &BTreeMap<u32, BackendAddr>,
+    slots: &[u32],
+    listed: Option<&BTreeSet<(std::net::Ipv6Addr, u16)>>,
+) -> BTreeSet<(std::net::Ipv6Addr, u16)> {
+    let in_slots = slots.iter().filter_map(|id| addresses.get(id)).map(|&(ip, port, _)| (ip, port));
+    in_slots.chain(listed.into_iter().flatten().copied()).collect()
+}
+
 /// Hands out ids not in `used`, lowest first: one pass over the ids for a
 /// whole sync, however many it allocates.
 struct Ids<'a> {
@@ -228,19 +245,21 @@ impl ServiceTables {
 
     /// Syncs the tables to `view` and says what changed against `previous`
     /// (the journal gets the counts and every new problem); a failed sync
-    /// keeps `previous` with the error, so `status` shows both.
+    /// keeps `previous` with the error, so `status` shows both. Also
+    /// returns the backends that left a frontend, now out of its slots.
     pub fn apply(
         &mut self,
         pin_dir: &Path,
         view: &ServicesView,
         masquerade: Option<std::net::Ipv6Addr>,
         previous: Option<&ServicesState>,
-    ) -> ServicesState {
-        let next = match self.sync(pin_dir, view, masquerade) {
-            Ok(next) => next,
+    ) -> (ServicesState, Vec<LeftBackend>) {
+        let (next, left) = match self.sync(pin_dir, view, masquerade) {
+            Ok(synced) => synced,
             Err(e) => {
                 log::error!("syncing {} service frontend(s): {e:#}", view.frontends.len());
-                return ServicesState { error: Some(format!("{e:#}")), ..previous.cloned().unwrap_or_default() };
+                let kept = ServicesState { error: Some(format!("{e:#}")), ..previous.cloned().unwrap_or_default() };
+                return (kept, Vec::new());
             }
         };
         let sync = &next.sync;
@@ -258,13 +277,18 @@ impl ServiceTables {
         for problem in next.problems.iter().filter(|p| previous.is_none_or(|s| !s.problems.contains(p))) {
             log::warn!("service {}: {}", problem.service, problem.reason);
         }
-        next
+        (next, left)
     }
 
     /// Makes the tables hold exactly `view`. On an error the tables hold a
     /// mix of before and after that is still consistent per frontend, and
     /// the next sync reads them again.
-    fn sync(&mut self, pin_dir: &Path, view: &ServicesView, masquerade: Option<std::net::Ipv6Addr>) -> Result<ServicesState> {
+    fn sync(
+        &mut self,
+        pin_dir: &Path,
+        view: &ServicesView,
+        masquerade: Option<std::net::Ipv6Addr>,
+    ) -> Result<(ServicesState, Vec<LeftBackend>)> {
         let result = self.sync_inner(pin_dir, view, masquerade);
         if result.is_err() {
             self.current = None;
@@ -277,7 +301,7 @@ impl ServiceTables {
         pin_dir: &Path,
         view: &ServicesView,
         masquerade: Option<std::net::Ipv6Addr>,
-    ) -> Result<ServicesState> {
+    ) -> Result<(ServicesState, Vec<LeftBackend>)> {
         let mut tables = Tables::open(pin_dir)?;
         let started = Instant::now();
         if self.current.is_none() {
@@ -299,6 +323,10 @@ impl ServiceTables {
             }
             current.masquerade = masquerade;
         }
+
+        // What each backend id was, for the backends that leave.
+        let addresses: BTreeMap<u32, BackendAddr> = current.backends.iter().map(|(addr, id)| (*id, *addr)).collect();
+        let mut left = Vec::new();
 
         // Backends: ids kept, new ones given the lowest free id, written first.
         let mut used: BTreeSet<u32> = current.backends.values().copied().collect();
@@ -355,6 +383,18 @@ impl ServiceTables {
                 slots: slots.clone(),
                 maglev: maglev.clone(),
             };
+            // A backend leaves when its endpoint is gone from the slices; one
+            // still listed (not ready, terminating) finishes what it has.
+            let before = endpoints_known(&addresses, &old_slots, current.listed.get(&address));
+            let after: BTreeSet<_> =
+                frontend.listed.iter().copied().chain(frontend.backends.iter().map(|b| (b.ip, b.port))).collect();
+            left.extend(before.difference(&after).map(|&(ip, port)| LeftBackend {
+                frontend: id,
+                ip,
+                port,
+                protocol: address.protocol,
+            }));
+            current.listed.insert(address, frontend.listed.clone());
             if old.as_ref() != Some(&next) {
                 let old_maglev = old.as_ref().map(|w| w.maglev.clone()).unwrap_or_default();
                 if !maglev.is_empty() && maglev != old_maglev {
@@ -380,6 +420,16 @@ impl ServiceTables {
         for address in stale {
             let written = current.frontends.remove(&address).expect("listed above");
             remove(&mut tables.services, &key(&address, 0))?;
+            let listed = current.listed.remove(&address);
+            if written.id != 0 {
+                let before = endpoints_known(&addresses, &written.slots, listed.as_ref());
+                left.extend(before.into_iter().map(|(ip, port)| LeftBackend {
+                    frontend: written.id,
+                    ip,
+                    port,
+                    protocol: address.protocol,
+                }));
+            }
             for slot in 1..=written.slots.len() {
                 remove(&mut tables.services, &key(&address, slot as u16))?;
             }
@@ -405,13 +455,14 @@ impl ServiceTables {
             remove(&mut tables.backends, &id)?;
         }
         stats.write_micros = started.elapsed().as_micros() as u64;
-        Ok(ServicesState {
+        let state = ServicesState {
             frontends: states,
             backends: current.backends.len(),
             problems: view.problems.clone(),
             sync: stats,
             error: None,
-        })
+        };
+        Ok((state, left))
     }
 }
 

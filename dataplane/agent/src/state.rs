@@ -57,6 +57,10 @@ pub struct State {
     /// services.cgroup is set.
     #[serde(default)]
     pub services: Option<crate::services::ServicesState>,
+    /// Connections ended because their backend left its Service; None
+    /// until a backend left.
+    #[serde(default)]
+    pub ended_connections: Option<crate::connections::Ended>,
     /// What bird was configured with; None while routing.asn is unset.
     #[serde(default)]
     pub bgp: Option<crate::bgp::BgpState>,

@@ -61,6 +61,8 @@ struct Services {
     recorded: crate::services::ServicesState,
     /// Per frontend id, from the kernel now: (sockets translated, refused).
     stats: std::collections::BTreeMap<u32, (u64, u64)>,
+    /// Connections ended because their backend left (crate::connections).
+    ended_connections: Option<crate::connections::Ended>,
 }
 
 #[derive(Serialize)]
@@ -144,11 +146,18 @@ fn collect(paths: &Paths) -> Result<Status> {
     for hook in recorded.socket_hooks.iter().filter(|h| h.error.is_some()) {
         problems.push(format!("socket hook {}: {}", hook.program, hook.error.as_deref().unwrap_or("")));
     }
-    let services = recorded.services.clone().map(|recorded| {
-        if let Some(e) = &recorded.error {
+    if let Some(e) = recorded.ended_connections.as_ref().and_then(|e| e.error.as_ref()) {
+        problems.push(format!("ending connections to backends that left: {e}"));
+    }
+    let services = recorded.services.clone().map(|services| {
+        if let Some(e) = &services.error {
             problems.push(format!("services: {e}"));
         }
-        Services { recorded, stats: crate::services::stats(&paths.pin_dir).unwrap_or_default() }
+        Services {
+            recorded: services,
+            stats: crate::services::stats(&paths.pin_dir).unwrap_or_default(),
+            ended_connections: recorded.ended_connections.clone(),
+        }
     });
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
@@ -434,6 +443,15 @@ fn services_section(out: &mut String, status: &Status) {
     }
     for problem in &services.recorded.problems {
         let _ = writeln!(out, "  service {}: {}", problem.service, problem.reason);
+    }
+    if let Some(ended) = &services.ended_connections {
+        let _ = writeln!(
+            out,
+            "  connections ended because their backend left: {} ({} request(s){})",
+            ended.connections,
+            ended.requests,
+            ended.error.as_ref().map(|e| format!("; last failed: {e}")).unwrap_or_default()
+        );
     }
 }
 

@@ -71,6 +71,13 @@ pub struct Frontend {
     /// Local` only this node's, so the client's address is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_outside: Option<Vec<Backend>>,
+    /// Every endpoint the slices list for this port, whatever its
+    /// conditions. A backend that leaves `backends` but is still listed (not
+    /// ready, or terminating) keeps the connections it has, as under
+    /// kube-proxy: a terminating pod finishes what it serves. Only one that
+    /// is gone from the slices has its connections ended.
+    #[serde(skip)]
+    pub listed: BTreeSet<(Ipv6Addr, u16)>,
 }
 
 /// A `healthCheckNodePort` this node answers on, as kube-proxy does: 200
@@ -282,6 +289,7 @@ impl ServicesView {
                 };
                 let Ok(number) = u16::try_from(port.port) else { continue };
                 let (cluster_backends, clamped) = choose_backends(slices, &port_name, proto, node, node_local);
+                let listed = listed_endpoints(slices, &port_name, proto);
                 let all_backends =
                     if node_local { choose_backends(slices, &port_name, proto, node, false).0 } else { cluster_backends.clone() };
                 let outside_backends =
@@ -311,6 +319,7 @@ impl ServicesView {
                                 backends: backends.clone(),
                                 affinity_seconds,
                                 from_outside: outside.then(|| outside_backends.clone()),
+                                listed: listed.clone(),
                             };
                             frontends.insert(address, frontend);
                         }
@@ -372,6 +381,7 @@ impl ServicesView {
                         backends: vec![port.backend],
                         affinity_seconds: None,
                         from_outside: Some(vec![port.backend]),
+                        listed: BTreeSet::from([(port.backend.ip, port.backend.port)]),
                     },
                 ),
             }
@@ -396,6 +406,13 @@ fn local_endpoint_count(slices: Option<&Slices>, node: &str) -> usize {
         return ready.len();
     }
     local.iter().filter(|e| e.serving && e.terminating).map(|e| e.ip).collect::<BTreeSet<_>>().len()
+}
+
+/// Every endpoint of one Service port, by address and target port.
+fn listed_endpoints(slices: Option<&Slices>, port_name: &str, proto: Protocol) -> BTreeSet<(Ipv6Addr, u16)> {
+    let Some(slices) = slices else { return BTreeSet::new() };
+    let Some(targets) = slices.ports.get(&(port_name.to_string(), proto)) else { return BTreeSet::new() };
+    targets.iter().map(|&(port, i)| (slices.endpoints[i].ip, port)).collect()
 }
 
 /// The backends of one Service port: ready endpoints, or the serving and
