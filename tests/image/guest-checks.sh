@@ -376,9 +376,9 @@ units_hardened() {
     # socket must be listening for the agent's requests.
     local unit report bad=0
     systemctl is-active -q v6node-end-connections.socket || { systemctl status v6node-end-connections.socket; bad=1; }
-    for unit in v6node-network-credentials.service v6node-dataplane.service v6node-images.service \
-        v6node-health-checks.service v6node-update-source.service v6node-boot-health.service \
-        v6node-end-connections@check.service; do
+    for unit in v6node-dataplane.service v6node-end-connections@check.service v6node-health-checks.service \
+        v6node-network-credentials.service v6node-images.service v6node-update-source.service \
+        v6node-boot-health.service; do
         report=$(systemd-analyze security --no-pager --threshold=20 "$unit" 2>&1) || bad=1
         grep -o 'Overall exposure level.*' <<<"$report"
     done

@@ -22,10 +22,18 @@
 //	                        and p99 latency (connect included)
 //	e2e-server stream URL   reads URL's body (e.g. /zero/BYTES of a server) and
 //	                        prints the bytes and the rate, discarding them
+//	e2e-server hold ADDR COUNT SECONDS
+//	                        opens COUNT connections to a server's /hold at ADDR
+//	                        (which answers "pod NAME" and keeps the connection),
+//	                        prints "holding COUNT", then after SECONDS each one's
+//	                        fate: "connection N to pod NAME: open", or "...:
+//	                        ended: ERROR" (how it ended: aborted, reset, closed)
 package main
 
 import (
+	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -39,7 +47,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 && !(len(os.Args) >= 4 && len(os.Args) <= 5 && os.Args[1] == "bench") {
+	if len(os.Args) != 3 && !(len(os.Args) >= 4 && len(os.Args) <= 5 && os.Args[1] == "bench") &&
+		!(len(os.Args) == 5 && os.Args[1] == "hold") {
 		fmt.Fprintln(os.Stderr, "usage: e2e-server serve ADDR | get URL | udp ADDR | dial ADDR | cat FILE | bench URL SECONDS | ...")
 		os.Exit(2)
 	}
@@ -48,6 +57,11 @@ func main() {
 		name, _ := os.Hostname()
 		http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "pod %s saw %s\n", name, r.RemoteAddr)
+		})
+		http.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "pod %s\n", name)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
 		})
 		zeros := make([]byte, 1<<20)
 		http.HandleFunc("/zero/", func(w http.ResponseWriter, r *http.Request) {
@@ -162,6 +176,17 @@ func main() {
 		}
 		seconds := time.Since(start).Seconds()
 		fmt.Printf("%d bytes in %.2f s: %.0f Mbit/s\n", n, seconds, float64(n)*8/seconds/1e6)
+	case "hold":
+		count, err := strconv.Atoi(os.Args[3])
+		seconds, err2 := strconv.ParseFloat(os.Args[4], 64)
+		if err != nil || err2 != nil {
+			fmt.Fprintln(os.Stderr, "hold ADDR COUNT SECONDS: COUNT and SECONDS are numbers")
+			os.Exit(2)
+		}
+		if err := hold(os.Args[2], count, time.Duration(seconds*float64(time.Second))); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	case "cat":
 		text, err := os.ReadFile(os.Args[2])
 		if err != nil {
@@ -173,6 +198,61 @@ func main() {
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// hold keeps count connections to addr's /hold and reports how each ended.
+func hold(addr string, count int, duration time.Duration) error {
+	type held struct {
+		backend string
+		ended   chan error
+	}
+	conns := make([]held, count)
+	for i := range conns {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(conn, "GET /hold HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
+		reader := bufio.NewReader(conn)
+		for {
+			line, err := reader.ReadString('\n')
+			if err != nil {
+				return fmt.Errorf("connection %d: %w", i, err)
+			}
+			if strings.HasPrefix(line, "pod ") {
+				conns[i].backend = strings.TrimSpace(strings.TrimPrefix(line, "pod "))
+				break
+			}
+		}
+		conns[i].ended = make(chan error, 1)
+		go func(reader *bufio.Reader, ended chan error) {
+			_, err := io.Copy(io.Discard, reader)
+			if err == nil {
+				err = io.EOF
+			}
+			ended <- err
+		}(reader, conns[i].ended)
+	}
+	fmt.Printf("holding %d\n", count)
+	time.Sleep(duration)
+	for i, c := range conns {
+		select {
+		case err := <-c.ended:
+			how := err.Error()
+			switch {
+			case errors.Is(err, syscall.ECONNABORTED):
+				how = "aborted"
+			case errors.Is(err, syscall.ECONNRESET):
+				how = "reset"
+			case errors.Is(err, io.EOF):
+				how = "closed"
+			}
+			fmt.Printf("connection %d to pod %s: ended: %s\n", i, c.backend, how)
+		default:
+			fmt.Printf("connection %d to pod %s: open\n", i, c.backend)
+		}
+	}
+	return nil
 }
 
 // bench measures short connections: each request dials anew (no keep-alive),
