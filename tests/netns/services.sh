@@ -470,6 +470,55 @@ refused_from_outside() { from_outside curl -s -m 3 -o /dev/null "http://[fd00:9:
 pass_if "and a connection from outside to NodePort 30090 is refused (curl exit 7), not left to time out" \
     retry 10 refused_from_outside
 
+# --- an ICMPv6 error from a backend reaches the client as the frontend's -------------
+# Nothing listens on pod-h's UDP 5399: its kernel answers port unreachable
+# from its own address, quoting the datagram as it arrived (to pod-h). Only
+# if the error is given the NodePort back does the client's connected
+# socket learn of it (ECONNREFUSED); otherwise it waits in vain.
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: quiet, namespace: default }
+spec:
+  type: NodePort
+  clusterIP: fd00:10:96::91
+  clusterIPs: ["fd00:10:96::91"]
+  ipFamilies: [IPv6]
+  externalTrafficPolicy: Local
+  ports: [{ name: dns, port: 53, targetPort: 5399, nodePort: 30091, protocol: UDP }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: quiet-1
+  namespace: default
+  labels: { kubernetes.io/service-name: quiet, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv6
+ports: [{ name: dns, port: 5399, protocol: UDP }]
+endpoints: [{ addresses: ["$pod_h"], nodeName: node-a, conditions: { ready: true } }]
+EOF
+quiet_served() { [[ "$(jq_status '.services.frontends[] | select(.address.port == 30091) | .from_outside | length')" == 1 ]]; }
+retry 20 quiet_served
+refused_by_the_backend() {
+    from_outside python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.connect(("fd00:9::a", 30091))
+s.send(b"query")
+try:
+    s.recv(512)
+except ConnectionRefusedError:
+    print("refused"); sys.exit(0)
+except socket.timeout:
+    print("no answer, no error"); sys.exit(1)
+sys.exit(1)'
+}
+pass_if "from outside -> UDP NodePort 30091, nothing listening in pod-h: the pod's port unreachable reaches the client as the NodePort's (ECONNREFUSED)" \
+    refused_by_the_backend
+kc delete service quiet >/dev/null
+kc delete endpointslice quiet-1 >/dev/null
+
 # --- connections to a backend that leaves end; while it is listed, they stay -------
 # pod-h (made by v6node-cni, so the agent knows its namespace) and the node's
 # own processes hold connections through web's ClusterIP, over both backends

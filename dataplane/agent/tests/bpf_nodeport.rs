@@ -13,7 +13,7 @@ use common::{
     counted,
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_masquerade, TCP, UDP},
     node::{Node, NODE, POD_A, POD_B, REMOTE, ROUTER_MAC, UPLINK_MAC},
-    packet::assert_well_formed,
+    packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
     try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_UNSPEC,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
@@ -52,6 +52,37 @@ fn tuple(frame: &[u8]) -> (Ipv6Addr, u16, Ipv6Addr, u16) {
         Some(TransportSlice::Udp(udp)) => (src, udp.source_port(), dst, udp.destination_port()),
         other => panic!("unexpected transport {other:?}"),
     }
+}
+
+/// A router on the path (the client's side or the cluster's).
+const ROUTER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+const PACKET_TOO_BIG: u8 = 2;
+const DESTINATION_UNREACHABLE: u8 = 1;
+const PORT_UNREACHABLE: u8 = 4;
+
+/// An ICMPv6 error from `from` to `to` quoting `quoted` (an Ethernet frame as
+/// `segment` builds it; its IPv6 packet is quoted whole).
+fn icmp_error(kind: u8, code: u8, rest: [u8; 4], from: Ipv6Addr, to: Ipv6Addr, quoted: &[u8]) -> Vec<u8> {
+    let message = icmp(kind, code, rest, &quoted[14..]);
+    let mut frame = ethernet(ETH_IPV6, &ipv6(from, to, 64, 58, &message, Some(2)));
+    frame[..12].copy_from_slice(&[UPLINK_MAC, ROUTER_MAC].concat());
+    frame
+}
+
+/// What an ICMPv6 error says: (source, destination), the quoted packet's
+/// (source, source port, destination, destination port), and whether the
+/// quoted transport checksum is right for its addresses; the error's own
+/// checksum is checked by assert_well_formed.
+fn quoted(frame: &[u8]) -> ((Ipv6Addr, Ipv6Addr), (Ipv6Addr, u16, Ipv6Addr, u16), bool) {
+    assert_well_formed(frame);
+    let l3 = &frame[14..];
+    assert_eq!(l3[6], 58, "an ICMPv6 message");
+    let addr = |b: &[u8]| Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap());
+    let inner = &l3[48..];
+    let payload = &inner[40..];
+    let port = |at: usize| u16::from_be_bytes([payload[at], payload[at + 1]]);
+    let csum_ok = fold(pseudo6(&inner[8..24], &inner[24..40], inner[6], payload.len()) + sum16(payload)) == 0;
+    ((addr(&l3[8..24]), addr(&l3[24..40])), (addr(&inner[8..24]), port(0), addr(&inner[24..40]), port(2)), csum_ok)
 }
 
 impl Node {
@@ -253,4 +284,71 @@ fn a_big_tcp_reply_with_its_jumbo_option_leaves_as_the_frontends() {
     let sport = u16::from_be_bytes([out[62], out[63]]);
     assert_eq!((source, sport), (NODE, NODE_PORT), "found past the jumbo option and rewritten");
     assert_ne!(&out[78..80], &[0x12, 0x34], "its checksum mended");
+}
+
+#[test]
+fn a_packet_too_big_from_the_clients_path_reaches_the_backend_quoting_its_own_reply() {
+    for proto in [TCP, UDP] {
+        let mut node = Node::new(&format!("nodeport-ptb-{proto}"), 0);
+        node.node_port(proto, &[(POD_A, TARGET_PORT)], None);
+        node.arrived_on_uplink(&segment(proto, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+        let reply = node.sent_by_pod(&segment(proto, POD_A, TARGET_PORT, REMOTE, CLIENT_PORT, false), node.host_a);
+
+        // A router towards the client cannot take the reply as it left.
+        let error = icmp_error(PACKET_TOO_BIG, 0, 1280u32.to_be_bytes(), ROUTER, NODE, &reply.packet);
+        let run = node.arrived_on_uplink(&error);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "into pod A's namespace");
+        let (outer, inner, csum_ok) = quoted(&run.packet);
+        assert_eq!(outer, (ROUTER, POD_A), "from the router, to the backend");
+        assert_eq!(inner, (POD_A, TARGET_PORT, REMOTE, CLIENT_PORT), "the reply as the pod sent it");
+        assert!(csum_ok, "the quoted reply's checksum follows its addresses");
+        assert_eq!(&run.packet[58..62], 1280u32.to_be_bytes(), "the MTU is kept");
+        assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRACKED), 1);
+    }
+}
+
+#[test]
+fn an_error_about_a_masqueraded_packet_goes_back_to_the_client_quoting_what_it_sent() {
+    let mut node = Node::new("nodeport-error-remote", 0);
+    node.node_port(TCP, &[(OTHER_POD, TARGET_PORT)], None);
+    let forwarded = node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+    assert_eq!(tuple(&forwarded.packet), (MASQUERADE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+
+    // A router in the cluster's network, towards the other node, says so to
+    // the masquerade address.
+    let error = icmp_error(PACKET_TOO_BIG, 0, 1400u32.to_be_bytes(), ROUTER, MASQUERADE, &forwarded.packet);
+    let run = node.arrived_on_uplink(&error);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "out to the next hop, towards the client");
+    let (outer, inner, csum_ok) = quoted(&run.packet);
+    assert_eq!(outer, (ROUTER, REMOTE));
+    assert_eq!(inner, (REMOTE, CLIENT_PORT, NODE, NODE_PORT), "the packet as the client sent it");
+    assert!(csum_ok);
+}
+
+#[test]
+fn a_backends_port_unreachable_reaches_the_client_from_the_frontend() {
+    let mut node = Node::new("nodeport-unreachable", 0);
+    node.node_port(UDP, &[(POD_A, TARGET_PORT)], None);
+    let delivered = node.arrived_on_uplink(&segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+
+    // Nothing listens in the pod: its kernel answers from the pod's address.
+    let error = icmp_error(DESTINATION_UNREACHABLE, PORT_UNREACHABLE, [0; 4], POD_A, REMOTE, &delivered.packet);
+    let run = node.sent_by_pod(&error, node.host_a);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    let (outer, inner, csum_ok) = quoted(&run.packet);
+    assert_eq!(outer, (NODE, REMOTE), "from the frontend's address: the client never knew the pod's");
+    assert_eq!(inner, (REMOTE, CLIENT_PORT, NODE, NODE_PORT));
+    assert!(csum_ok);
+}
+
+#[test]
+fn an_error_about_a_connection_nobody_tracks_is_left_alone() {
+    let mut node = Node::new("nodeport-error-untracked", 0);
+    node.node_port(TCP, &[(POD_A, TARGET_PORT)], None);
+    // The node's own connection to the client, not through a frontend.
+    let own = segment(TCP, NODE, 50000, REMOTE, 443, false);
+    let error = icmp_error(PACKET_TOO_BIG, 0, 1280u32.to_be_bytes(), ROUTER, NODE, &own);
+    let run = node.arrived_on_uplink(&error);
+    assert_eq!((run.verdict, run.packet), (TC_ACT_UNSPEC, error), "the node's stack takes it as it came");
+    assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRACKED), 0);
 }

@@ -14,6 +14,12 @@
  *
  * The backend is chosen by Maglev over a hash of the client's address and
  * port (address alone with ClientIP affinity), the same on every node.
+ *
+ * ICMPv6 errors about such a connection's packets (a Packet Too Big from the
+ * client's path, a port unreachable from the backend) are rewritten to quote
+ * the packet as the other side knows it and sent there, as a NAT must
+ * (RFC 5508's rules, for IPv6): the backend learns the path MTU to its
+ * client, the client hears of a backend that is gone.
  */
 #ifndef V6NODE_LIB_NODEPORT_H
 #define V6NODE_LIB_NODEPORT_H
@@ -24,6 +30,9 @@
 #include <bpf/bpf_helpers.h>
 #include <v6node/abi.h>
 
+#include <linux/icmpv6.h>
+
+#include "csum.h"
 #include "ct.h"
 #include "endpoint.h"
 #include "fib.h"
@@ -173,6 +182,93 @@ static __always_inline int v6n_own_socket(struct __sk_buff *skb, const struct v6
 	return 1;
 }
 
+/* ICMPv6 error types (RFC 4443): 1 Destination Unreachable, 2 Packet Too
+ * Big, 3 Time Exceeded, 4 Parameter Problem. */
+#define V6N_ICMP6_ERROR_LAST 4
+#define V6N_ICMP6_HDR_LEN 8
+#define V6N_TCP_CSUM_AT 16
+#define V6N_UDP_CSUM_AT 6
+
+/*
+ * An ICMPv6 error quoting a packet of a tracked connection as it crossed this
+ * node (one side's addresses) is rewritten to quote it as the other side
+ * sent or received it, and addressed to that side. Either direction's entry
+ * names the other side: it is the quoted packet's reverse, so both cases are
+ * one lookup. The error's source is translated too when it is the quoted
+ * packet's destination (that endpoint itself reports), as the other side
+ * knows it. Returns 1 when rewritten, 0 for any other packet (left alone),
+ * -1 when it could not be written.
+ *
+ * Its own frame: the checksum sums are taken straight from the packet and
+ * the entry (a sum does not care where its words sit), as the programs that
+ * call it leave little of BPF's 512-byte stack.
+ */
+static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
+{
+	const __u32 inner_l3 = V6N_L4_OFFSET + V6N_ICMP6_HDR_LEN;
+	const __u32 inner_l4 = inner_l3 + sizeof(struct ipv6hdr);
+	const __u32 icmp_csum_at = V6N_L4_OFFSET + __builtin_offsetof(struct icmp6hdr, icmp6_cksum);
+	__u32 need = inner_l4 + sizeof(struct udphdr);
+
+	if ((void *)(long)skb->data + need > (void *)(long)skb->data_end &&
+	    (skb->len < need || bpf_skb_pull_data(skb, need) < 0))
+		return 0;
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+	struct icmp6hdr *icmp = data + V6N_L4_OFFSET;
+	struct ipv6hdr *inner = data + inner_l3;
+	__be16 *ports = data + inner_l4;
+
+	if ((void *)(ports + 2) > data_end || ip6->nexthdr != IPPROTO_ICMPV6 || icmp->icmp6_type == 0 ||
+	    icmp->icmp6_type > V6N_ICMP6_ERROR_LAST)
+		return 0;
+	__u8 proto = inner->nexthdr;
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return 0;
+	struct v6n_ct_key key = { .sport = ports[1], .dport = ports[0], .proto = proto };
+	__builtin_memcpy(key.saddr, &inner->daddr, 16);
+	__builtin_memcpy(key.daddr, &inner->saddr, 16);
+	struct v6n_ct_value *entry = bpf_map_lookup_elem(&v6n_ct, &key);
+	if (!entry || bpf_ktime_get_ns() - entry->last_seen_ns > v6n_ct_lifetime_ns(entry, proto))
+		return 0;
+
+	/* The quote becomes (entry's destination -> entry's source). */
+	__u32 diff = v6n_csum_diff(&inner->saddr, 32, entry->saddr, 32);
+	diff = v6n_csum_add(diff, v6n_csum_diff(ports, 4, &entry->sport, 4));
+	__u32 new_ports = entry->dport | (__u32)entry->sport << 16;
+	/* The quoted transport checksum, when the quote reaches it, follows
+	 * its addresses and ports; the ICMPv6 checksum covers that change too. */
+	__u32 csum_at = inner_l4 + (proto == IPPROTO_TCP ? V6N_TCP_CSUM_AT : V6N_UDP_CSUM_AT);
+	__u16 *quoted_csum = data + csum_at;
+	__u32 old_csum = 0, new_csum = 0;
+	int quoted_csum_follows = (void *)(quoted_csum + 1) <= data_end && *quoted_csum != 0;
+	if (quoted_csum_follows) {
+		old_csum = *quoted_csum;
+		new_csum = v6n_csum_update(old_csum, diff);
+		diff = v6n_csum_add(diff, v6n_csum_diff(&old_csum, 4, &new_csum, 4));
+	}
+	/* The error goes to the entry's destination, from the entry's source
+	 * when the quoted packet's destination sent it. */
+	int source_too = v6n_same_addr((__u8 *)&ip6->saddr, (__u8 *)&inner->daddr);
+	__u32 outer_diff = v6n_csum_diff(&ip6->daddr, 16, entry->daddr, 16);
+	if (source_too)
+		outer_diff = v6n_csum_add(outer_diff, v6n_csum_diff(&ip6->saddr, 16, entry->saddr, 16));
+
+	const __u32 inner_saddr_at = inner_l3 + __builtin_offsetof(struct ipv6hdr, saddr);
+	const __u32 outer_saddr_at = V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, saddr);
+	if ((quoted_csum_follows && bpf_skb_store_bytes(skb, csum_at, &new_csum, sizeof(__u16), 0) < 0) ||
+	    bpf_skb_store_bytes(skb, inner_saddr_at, entry->daddr, 16, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, inner_saddr_at + 16, entry->saddr, 16, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, inner_l4, &new_ports, 4, 0) < 0 ||
+	    bpf_l4_csum_replace(skb, icmp_csum_at, 0, diff, 0) < 0 ||
+	    (source_too && bpf_skb_store_bytes(skb, outer_saddr_at, entry->saddr, 16, 0) < 0) ||
+	    bpf_skb_store_bytes(skb, outer_saddr_at + 16, entry->daddr, 16, 0) < 0 ||
+	    bpf_l4_csum_replace(skb, icmp_csum_at, 0, outer_diff, BPF_F_PSEUDO_HDR) < 0)
+		return -1;
+	return 1;
+}
+
 /*
  * A new connection from outside to a frontend reached from outside: picks
  * its backend, records both directions, fills `out` with what the packet
@@ -252,8 +348,14 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 	struct v6n_flow flow = {};
 	__u64 now = bpf_ktime_get_ns();
 
-	if (v6n_flow_of(skb, &flow) < 0)
-		return V6N_REASON_PASS;
+	if (v6n_flow_of(skb, &flow) < 0) {
+		int rewritten = v6n_nodeport_icmp_error(skb);
+
+		if (rewritten == 0)
+			return V6N_REASON_PASS;
+		*action = rewritten < 0 ? TC_ACT_SHOT : v6n_nodeport_deliver(skb, 1);
+		return *action == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : V6N_REASON_LB_TRACKED;
+	}
 	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
 	if (entry && !(entry->flags & V6N_CT_REPLY)) {
 		/* A backend that left ends its connections: they start over. */
@@ -287,9 +389,10 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 
 /*
  * A reply leaving a backend on this node (pod device, or the uplink's egress
- * for the node's own sockets): given the frontend's address back. Returns 1
- * when the packet was rewritten, 0 when it belongs to no tracked connection,
- * -1 when it could not be written.
+ * for the node's own sockets): given the frontend's address back; so is an
+ * ICMPv6 error about a connection's packet (from the backend, or from this
+ * node's stack). Returns 1 when the packet was rewritten, 0 when it belongs
+ * to no tracked connection, -1 when it could not be written.
  */
 static __always_inline int v6n_nodeport_reply(struct __sk_buff *skb)
 {
@@ -297,7 +400,7 @@ static __always_inline int v6n_nodeport_reply(struct __sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns();
 
 	if (v6n_flow_of(skb, &flow) < 0)
-		return 0;
+		return v6n_nodeport_icmp_error(skb);
 	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
 	if (!entry || !(entry->flags & V6N_CT_REPLY))
 		return 0;
