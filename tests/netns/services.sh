@@ -650,6 +650,33 @@ pass_if "an SCTP port: a Warning Event on its Service names it" retry 20 sctp_ev
 pass_if "and the Service's TCP port on the same number is served" tcp_served
 kc delete service signalling >/dev/null
 
+# One node publishes Events for the cluster: the first Ready Node by name.
+# node-0 (Ready, no agent) sorts before node-a: node-a stays quiet until
+# node-0 is gone.
+make_node node-0 fd00:9::b fd00:10:244:b::/64
+kc patch node node-0 --subresource=status --type=merge \
+    -p '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"a test Node"}]}}' >/dev/null
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: signalling-2, namespace: default }
+spec:
+  clusterIP: fd00:10:96::82
+  clusterIPs: ["fd00:10:96::82"]
+  ipFamilies: [IPv6]
+  ports: [{ name: sctp, port: 2906, protocol: SCTP }]
+EOF
+sctp_2_named() { jq_status '.services.problems[] | "\(.service): \(.reason)"' | grep -q 'default/signalling-2: port 2906'; }
+retry 20 sctp_2_named
+sleep 3
+quiet_while_another_reports() { [[ -z "$(not_served_events signalling-2)" ]]; }
+pass_if "with node-0 Ready and first by name, node-a publishes no Event for a new problem (status still names it)" \
+    quiet_while_another_reports
+kc delete node node-0 >/dev/null
+sctp_2_event() { not_served_events signalling-2 | grep '^v6node-dataplane/node-a: .*port 2906'; }
+pass_if "node-0 deleted: node-a publishes it" retry 20 sctp_2_event
+kc delete service signalling-2 >/dev/null
+
 # --- the Service goes ---------------------------------------------------------------
 kc delete service web >/dev/null
 kc delete endpointslice web-1 web-v4 >/dev/null

@@ -137,6 +137,20 @@ impl ClusterView {
     }
 }
 
+/// Whether the Node's kubelet says it is Ready.
+fn is_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The node that speaks for the cluster where one is enough (Events on
+/// Services): the Ready Node whose name sorts first, or the first of all
+/// while none is Ready. Every agent sees the same Nodes, so all agree.
+pub fn reporter<'a>(nodes: impl Iterator<Item = &'a Node> + Clone) -> Option<&'a str> {
+    let ready = nodes.clone().filter(|n| is_ready(n)).filter_map(|n| n.metadata.name.as_deref()).min();
+    ready.or_else(|| nodes.filter_map(|n| n.metadata.name.as_deref()).min())
+}
+
 /// A Node's IPv6 InternalIPs, in the order its status lists them.
 pub fn internal_ipv6(node: &Node) -> impl Iterator<Item = Ipv6Addr> + '_ {
     node.status
@@ -158,6 +172,24 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    #[test]
+    fn the_first_ready_node_by_name_reports_for_the_cluster() {
+        let ready = |name: &str, is_ready: bool| {
+            let mut n = node(name, 0, &[], &[]);
+            n.status.as_mut().unwrap().conditions = Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: if is_ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]);
+            n
+        };
+        let nodes = [ready("node-b", true), ready("node-a", false), ready("node-c", true)];
+        assert_eq!(reporter(nodes.iter()), Some("node-b"), "node-a is not Ready");
+        let none_ready = [ready("node-b", false), ready("node-a", false)];
+        assert_eq!(reporter(none_ready.iter()), Some("node-a"), "none Ready: the first of all");
+        assert_eq!(reporter([].iter()), None);
+    }
 
     fn node(name: &str, created: i64, cidrs: &[&str], addresses: &[&str]) -> Node {
         Node {

@@ -3,8 +3,9 @@
 //! IPv4 ClusterIP or endpoints, an SCTP port, an address another Service
 //! has, endpoints clamped), so `kubectl describe service` and `kubectl get
 //! events` say what `status` and the journal say. Each problem is published
-//! once while it lasts, by this node's agent (the reporting instance is the
-//! node); one that goes and comes back is published again.
+//! once while it lasts, by one node's agent for the cluster (the reporting
+//! instance is that node; `ClusterWatch::report` says which); one that goes
+//! and comes back is published again.
 
 use std::{
     collections::BTreeSet,

@@ -194,8 +194,18 @@ impl ClusterWatch {
 
 impl ClusterWatch {
     /// Warning Events on the Services with these problems (see `events`).
+    ///
+    /// Every agent sees the same Services, so one node publishes them for the
+    /// cluster (`cluster::reporter`). Should it go NotReady or be deleted,
+    /// the next one does, publishing what lasts again under its own name.
     pub fn report(&self, problems: &[ServiceProblem]) {
-        self.events.report(&self.settings, &self.services, problems);
+        let reporting = self.reports_for_the_cluster();
+        self.events.report(&self.settings, &self.services, if reporting { problems } else { &[] });
+    }
+
+    fn reports_for_the_cluster(&self) -> bool {
+        let nodes = self.nodes.state();
+        crate::cluster::reporter(nodes.iter().map(|n| n.as_ref())).is_none_or(|r| r == self.settings.node_name)
     }
 }
 
