@@ -73,6 +73,10 @@ struct Daemon {
     /// Following the Kubernetes API, while kubernetes.kubeconfig is set.
     cluster: Option<Cluster>,
     services: ServiceTables,
+    /// One request to end connections at a time, in order: a flapping
+    /// EndpointSlice queues them here rather than at the helper's socket,
+    /// which takes a few at once (MaxConnections=).
+    ending: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -118,6 +122,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         metrics: None,
         cluster: None,
         services: ServiceTables::default(),
+        ending: Arc::default(),
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -366,8 +371,9 @@ impl Daemon {
     /// written, so no new connection reaches those backends meanwhile.
     fn end_connections(&self, left: Vec<LeftBackend>) {
         let request = connections::Request { left, namespaces: self.endpoints.namespaces() };
-        let (paths, state) = (self.paths.clone(), self.state.clone());
+        let (paths, state, ending) = (self.paths.clone(), self.state.clone(), self.ending.clone());
         tokio::spawn(async move {
+            let _turn = ending.lock().await;
             let outcome = connections::request(&paths.end_connections_socket(), &request).await;
             match &outcome {
                 Ok(reply) if reply.errors.is_empty() => log::info!(
