@@ -590,6 +590,13 @@ ended_counted() {
     ((now - ended_before == expected)) && [[ "$(jq_status '.services.ended_connections.error')" == null ]]
 }
 pass_if "status counts exactly those connections as ended, without error" ended_counted
+ended_metric() {
+    local metrics
+    metrics=$(curl -s --unix-socket "$work/metrics.sock" http://agent/metrics)
+    grep -x "v6node_service_connections_ended_total $(jq_status '.services.ended_connections.connections')" <<<"$metrics" &&
+        grep -x 'v6node_service_connections_end_failures_total 0' <<<"$metrics"
+}
+pass_if "metrics: v6node_service_connections_ended_total says the same, no failures" ended_metric
 
 cni_pod_h DEL '[]' >/dev/null
 host_ports_gone() { ! jq_status '.services.frontends[].kind' | grep -qx host-port; }

@@ -79,6 +79,9 @@ pub struct Ended {
     pub connections: u64,
     /// Requests made (one per sync that dropped a backend).
     pub requests: u64,
+    /// Requests that failed, or ended connections only in part.
+    #[serde(default)]
+    pub failures: u64,
     /// The last request's failure or errors; None once one succeeds.
     pub error: Option<String>,
 }
@@ -92,6 +95,9 @@ impl Ended {
                 self.error = (!reply.errors.is_empty()).then(|| reply.errors.join("; "));
             }
             Err(e) => self.error = Some(format!("{e:#}")),
+        }
+        if self.error.is_some() {
+            self.failures += 1;
         }
     }
 }

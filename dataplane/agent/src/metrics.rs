@@ -106,6 +106,20 @@ pub fn render(paths: &Paths, state: &State) -> String {
             }
         }
     }
+    if let Some(ended) = &state.ended_connections {
+        let name = "v6node_service_connections_ended_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Connections ended because the backend a Service gave them left it.\n# TYPE {name} counter\n{name} {}",
+            ended.connections
+        );
+        let name = "v6node_service_connections_end_failures_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests to end such connections that failed or ended them only in part.\n# TYPE {name} counter\n{name} {}",
+            ended.failures
+        );
+    }
     let name = "v6node_dataplane_bigtcp_gso_max_size_bytes";
     let _ = writeln!(out, "# HELP {name} GSO maximum size the agent set, by device.\n# TYPE {name} gauge");
     for report in &state.bigtcp {
