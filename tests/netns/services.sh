@@ -439,8 +439,9 @@ addressType: IPv6
 ports: [{ name: http, port: 8080, protocol: TCP }]
 endpoints: [{ addresses: ["$pod_h"], nodeName: node-a, conditions: { ready: true } }]
 EOF
-edge_served() { [[ "$(jq_status '.services.frontends[] | select(.address.port == 30090) | .from_outside | length')" == 1 ]]; }
-retry 20 edge_served
+# served_from_outside PORT: the frontend on PORT takes one backend from outside.
+served_from_outside() { [[ "$(jq_status --argjson p "$1" '.services.frontends[] | select(.address.port == $p) | .from_outside | length')" == 1 ]]; }
+retry 20 served_from_outside 30090
 client_kept() {
     local peer
     peer=$(from_outside curl -sS -m 3 "http://[fd00:9::a]:30090/peer")
@@ -497,8 +498,7 @@ addressType: IPv6
 ports: [{ name: dns, port: 5399, protocol: UDP }]
 endpoints: [{ addresses: ["$pod_h"], nodeName: node-a, conditions: { ready: true } }]
 EOF
-quiet_served() { [[ "$(jq_status '.services.frontends[] | select(.address.port == 30091) | .from_outside | length')" == 1 ]]; }
-retry 20 quiet_served
+retry 20 served_from_outside 30091
 refused_by_the_backend() {
     from_outside python3 -c '
 import socket, sys
