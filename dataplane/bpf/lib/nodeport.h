@@ -209,13 +209,19 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
 	const __u32 inner_l4 = inner_l3 + sizeof(struct ipv6hdr);
 	const __u32 icmp_csum_at = V6N_L4_OFFSET + __builtin_offsetof(struct icmp6hdr, icmp6_cksum);
 	__u32 need = inner_l4 + sizeof(struct udphdr);
-
-	if ((void *)(long)skb->data + need > (void *)(long)skb->data_end &&
-	    (skb->len < need || bpf_skb_pull_data(skb, need) < 0))
-		return 0;
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+
+	/* Every packet that is not TCP or UDP comes here: leave all but
+	 * ICMPv6 before pulling anything (the IPv6 header is linear). */
+	if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_ICMPV6 || skb->len < need)
+		return 0;
+	if (data + need > data_end && bpf_skb_pull_data(skb, need) < 0)
+		return 0;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip6 = data + V6N_L3_OFFSET;
 	struct icmp6hdr *icmp = data + V6N_L4_OFFSET;
 	struct ipv6hdr *inner = data + inner_l3;
 	__be16 *ports = data + inner_l4;
