@@ -383,18 +383,20 @@ impl ServiceTables {
                 slots: slots.clone(),
                 maglev: maglev.clone(),
             };
-            // A backend leaves when its endpoint is gone from the slices; one
-            // still listed (not ready, terminating) finishes what it has.
-            let before = endpoints_known(&addresses, &old_slots, current.listed.get(&address));
-            let after: BTreeSet<_> =
-                frontend.listed.iter().copied().chain(frontend.backends.iter().map(|b| (b.ip, b.port))).collect();
-            left.extend(before.difference(&after).map(|&(ip, port)| LeftBackend {
-                frontend: id,
-                ip,
-                port,
-                protocol: address.protocol,
-            }));
-            current.listed.insert(address, frontend.listed.clone());
+            // A backend leaves when its endpoint is gone from the slices
+            // (`listed` holds every backend); one still listed (not ready,
+            // terminating) finishes what it has. Unchanged frontends, most
+            // of them in a large cluster, cost nothing here.
+            if old_slots != slots || current.listed.get(&address) != Some(&frontend.listed) {
+                let before = endpoints_known(&addresses, &old_slots, current.listed.get(&address));
+                left.extend(before.difference(&frontend.listed).map(|&(ip, port)| LeftBackend {
+                    frontend: id,
+                    ip,
+                    port,
+                    protocol: address.protocol,
+                }));
+                current.listed.insert(address, frontend.listed.clone());
+            }
             if old.as_ref() != Some(&next) {
                 let old_maglev = old.as_ref().map(|w| w.maglev.clone()).unwrap_or_default();
                 if !maglev.is_empty() && maglev != old_maglev {

@@ -83,7 +83,12 @@ fn only_ready_endpoints_and_serving_terminating_ones_only_while_none_is_ready() 
         ],
     );
     let view = ServicesView::build(NODE, &[], &[], [&svc], [&mixed]);
-    assert_eq!(backends(at(&view, "fd00:96::b", 80, Protocol::Tcp)), vec![("fd00::1".into(), 8080)]);
+    let frontend = at(&view, "fd00:96::b", 80, Protocol::Tcp);
+    assert_eq!(backends(frontend), vec![("fd00::1".into(), 8080)]);
+    // Listed, whatever their conditions: the two that are not backends keep
+    // their connections (the agent ends only those of unlisted ones).
+    let listed: Vec<_> = frontend.listed.iter().map(|(ip, port)| (ip.to_string(), *port)).collect();
+    assert_eq!(listed, [("fd00::1".to_string(), 8080), ("fd00::2".into(), 8080), ("fd00::3".into(), 8080)]);
 
     let draining = slice("web", "web-1", ports, &[("fd00::2", NODE, false, true, true), ("fd00::3", NODE, false, false, true)]);
     let view = ServicesView::build(NODE, &[], &[], [&svc], [&draining]);
