@@ -19,9 +19,9 @@ pub use generated::{
     v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_eam_value as EamValue, v6n_endpoint_key as EndpointKey,
     v6n_endpoint_value as EndpointValue, v6n_lb_config as LbConfig, v6n_lpm4_key as Lpm4Key, v6n_lpm6_key as Lpm6Key,
     v6n_maglev_table as MaglevTable, v6n_nat64_config as Nat64Config, v6n_reason as Reason, V6N_COUNTERS_MAX as COUNTERS_MAX,
-    V6N_CT_REPLY as CT_REPLY, V6N_DENY_SRC_MAX as DENY_SRC_MAX, V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX,
-    V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL,
-    V6N_XLAT4_MAX as XLAT4_MAX,
+    V6N_CT_REPLY as CT_REPLY, V6N_DENY_SRC_MAX as DENY_SRC_MAX, V6N_DSR_OPT_TYPE as DSR_OPT_TYPE, V6N_EAM_MAX as EAM_MAX,
+    V6N_ENDPOINTS_MAX as ENDPOINTS_MAX, V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_LB_DSR as LB_DSR,
+    V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL, V6N_XLAT4_MAX as XLAT4_MAX,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -100,6 +100,7 @@ impl Reason {
         Reason::V6N_REASON_DROP_NO_BACKEND,
         Reason::V6N_REASON_LB_TRACKED,
         Reason::V6N_REASON_DROP_NAT_PORTS,
+        Reason::V6N_REASON_DROP_DSR_REFUSED,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -121,6 +122,7 @@ impl Reason {
             Reason::V6N_REASON_DROP_NO_BACKEND => "service_without_backend",
             Reason::V6N_REASON_LB_TRACKED => "service_tracked",
             Reason::V6N_REASON_DROP_NAT_PORTS => "masquerade_ports_exhausted",
+            Reason::V6N_REASON_DROP_DSR_REFUSED => "dsr_option_refused",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }

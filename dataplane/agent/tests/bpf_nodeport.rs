@@ -9,15 +9,16 @@ mod common;
 
 use std::net::Ipv6Addr;
 
+use aya::maps::{HashMap, MapData};
 use common::{
     counted,
-    lb::{add_service, addr, remove_backend, service_stats, set_external, set_masquerade, TCP, UDP},
-    node::{Node, NODE, POD_A, POD_B, REMOTE, ROUTER_MAC, UPLINK_MAC},
+    lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
+    node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
-    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_UNSPEC,
+    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use v6node_abi::{Direction, Reason};
+use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, LB_DSR};
 
 const NODE_PORT: u16 = 30080;
 const TARGET_PORT: u16 = 8080;
@@ -351,4 +352,161 @@ fn an_error_about_a_connection_nobody_tracks_is_left_alone() {
     let run = node.arrived_on_uplink(&error);
     assert_eq!((run.verdict, run.packet), (TC_ACT_UNSPEC, error), "the node's stack takes it as it came");
     assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRACKED), 0);
+}
+
+/// A load-balancer IP every node announces (ECMP): a flow may land on any.
+const VIP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x5, 0, 0, 0, 0, 1);
+const LB_PORT: u16 = 80;
+const DSTOPTS: u8 = 60;
+
+impl Node {
+    /// VIP:LB_PORT reached from outside with `backend` (id 100) in its
+    /// Maglev table, backends elsewhere answering directly (LB_DSR).
+    fn dsr_frontend(&mut self, proto: u8, backend: Ipv6Addr) {
+        add_service(&mut self.host, 1, addr(VIP, LB_PORT), proto, &[addr(backend, TARGET_PORT)], None);
+        set_external(&mut self.host, addr(VIP, LB_PORT), proto, &[100]);
+        set_lb_config(&mut self.host, MASQUERADE, LB_DSR);
+    }
+
+    /// OTHER_POD as a pod of this node, behind host_b.
+    fn with_other_pod(&mut self) {
+        let mut endpoints: HashMap<&mut MapData, EndpointKey, EndpointValue> =
+            HashMap::try_from(self.pod.map_mut(maps::ENDPOINTS).unwrap()).unwrap();
+        let value = EndpointValue { ifindex: self.host_b, pod_mac: POD_B_MAC, host_mac: HOST_B_MAC, flags: 0, pad: [0; 3] };
+        endpoints.insert(EndpointKey { addr: OTHER_POD.octets() }, value, 0).unwrap();
+    }
+}
+
+/// What a node that receives `packet` and sends its flow to OTHER_POD on
+/// another node sends on: a node of its own, in a thread of its own (a
+/// network namespace of its own), as each node of a cluster is.
+fn forwarded_by_a_receiving_node(test: &str, proto: u8, packet: Vec<u8>) -> Run {
+    let test = test.to_string();
+    std::thread::spawn(move || {
+        let mut node = Node::new(&test, 0);
+        node.dsr_frontend(proto, OTHER_POD);
+        node.arrived_on_uplink(&packet)
+    })
+    .join()
+    .expect("the receiving node's thread")
+}
+
+/// The frontend a frame's v6node Destination Options header names, and the
+/// frame without it (as the backend's node passes it on).
+fn frontend_header(frame: &[u8]) -> Option<((Ipv6Addr, u16), Vec<u8>)> {
+    let l3 = &frame[14..];
+    if l3[6] != DSTOPTS {
+        return None;
+    }
+    let opt = &l3[40..64];
+    assert_eq!((opt[1], opt[2], opt[3]), (2, DSR_OPT_TYPE as u8, 20), "hdrlen, option type, option length");
+    assert_eq!(u16::from_be_bytes([l3[4], l3[5]]) as usize, l3.len() - 40, "payload length counts the header");
+    let frontend = (Ipv6Addr::from(<[u8; 16]>::try_from(&opt[4..20]).unwrap()), u16::from_be_bytes([opt[20], opt[21]]));
+    let mut bare = [&frame[..54], &frame[78..]].concat();
+    bare[14 + 6] = opt[0];
+    let payload_len = (bare.len() - 54) as u16;
+    bare[18..20].copy_from_slice(&payload_len.to_be_bytes());
+    Some((frontend, bare))
+}
+
+#[test]
+fn a_flow_to_a_backend_on_another_node_keeps_the_clients_address_and_names_its_frontend() {
+    // TCP: the SYN carries the header, the connection's later packets go bare.
+    let syn = forwarded_by_a_receiving_node("dsr-send-syn", TCP, segment(TCP, REMOTE, CLIENT_PORT, VIP, LB_PORT, true));
+    assert_eq!(syn.verdict, TC_ACT_REDIRECT, "out to the backend's node");
+    let (frontend, bare) = frontend_header(&syn.packet).expect("the SYN names its frontend");
+    assert_eq!(frontend, (VIP, LB_PORT));
+    assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's address kept");
+    assert_well_formed(&bare);
+    let ack = forwarded_by_a_receiving_node("dsr-send-ack", TCP, segment(TCP, REMOTE, CLIENT_PORT, VIP, LB_PORT, false));
+    assert!(frontend_header(&ack.packet).is_none(), "a segment after the SYN goes bare");
+    assert_eq!(tuple(&ack.packet), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+    assert_well_formed(&ack.packet);
+
+    // UDP: each datagram that still fits IPv6's minimum MTU with it.
+    let small = forwarded_by_a_receiving_node("dsr-send-udp", UDP, segment(UDP, REMOTE, CLIENT_PORT, VIP, LB_PORT, false));
+    let (_, bare) = frontend_header(&small.packet).expect("a small datagram names its frontend");
+    assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+    assert_well_formed(&bare);
+    let mut large = Vec::new();
+    PacketBuilder::ethernet2(ROUTER_MAC, UPLINK_MAC)
+        .ipv6(REMOTE.octets(), VIP.octets(), 64)
+        .udp(CLIENT_PORT, LB_PORT)
+        .write(&mut large, &[7u8; 1220])
+        .unwrap();
+    let large = forwarded_by_a_receiving_node("dsr-send-udp-large", UDP, large);
+    assert!(frontend_header(&large.packet).is_none(), "1268 bytes + 24 would pass 1280");
+    assert_well_formed(&large.packet);
+}
+
+#[test]
+fn the_backends_node_answers_as_the_frontend_and_a_flow_moved_to_another_node_keeps_its_backend() {
+    for proto in [TCP, UDP] {
+        let first = forwarded_by_a_receiving_node(
+            &format!("dsr-first-{proto}"),
+            proto,
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, true),
+        );
+        let mut backend_node = Node::new(&format!("dsr-backend-{proto}"), 0);
+        backend_node.dsr_frontend(proto, OTHER_POD);
+        backend_node.with_other_pod();
+
+        let delivered = backend_node.arrived_on_uplink(&first.packet);
+        assert_eq!(delivered.verdict, TC_ACT_REDIRECT, "into the backend pod");
+        assert!(frontend_header(&delivered.packet).is_none(), "the header is taken off");
+        assert_eq!(tuple(&delivered.packet), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+        assert_well_formed(&delivered.packet);
+
+        // The pod's answer leaves as the frontend's, towards the client.
+        let answer = || segment(proto, OTHER_POD, TARGET_PORT, REMOTE, CLIENT_PORT, false);
+        let reply = backend_node.sent_by_pod(&answer(), backend_node.host_b);
+        assert_eq!(reply.verdict, TC_ACT_REDIRECT);
+        assert_eq!(tuple(&reply.packet), (VIP, LB_PORT, REMOTE, CLIENT_PORT));
+        assert_eq!(&reply.packet[..12], [ROUTER_MAC, UPLINK_MAC].concat(), "to the router, not back through the first node");
+        assert_well_formed(&reply.packet);
+
+        // An ECMP change: the flow's next packet lands on a third node,
+        // which picks the same backend (Maglev) and sends it bare.
+        let moved = forwarded_by_a_receiving_node(
+            &format!("dsr-moved-{proto}"),
+            proto,
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, false),
+        );
+        let moved = match frontend_header(&moved.packet) {
+            Some((_, bare)) => bare, // UDP carries it still
+            None => moved.packet,
+        };
+        let delivered = backend_node.arrived_on_uplink(&moved);
+        assert_eq!(delivered.verdict, TC_ACT_REDIRECT);
+        assert_eq!(tuple(&delivered.packet), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the same backend, the same tuple");
+        let reply = backend_node.sent_by_pod(&answer(), backend_node.host_b);
+        assert_eq!(tuple(&reply.packet), (VIP, LB_PORT, REMOTE, CLIENT_PORT), "still answered as the frontend");
+        assert_eq!(backend_node.ingress(Reason::V6N_REASON_DROP_DSR_REFUSED), 0);
+    }
+}
+
+#[test]
+fn a_frontend_header_for_no_frontend_here_is_refused_and_counted() {
+    let first = forwarded_by_a_receiving_node("dsr-refused-send", TCP, segment(TCP, REMOTE, CLIENT_PORT, VIP, LB_PORT, true));
+    let mut node = Node::new("dsr-refused", 0);
+    node.with_other_pod();
+    // No such frontend here: nobody may make a pod answer as one.
+    let refused = node.arrived_on_uplink(&first.packet);
+    assert_eq!(refused.verdict, TC_ACT_SHOT);
+    assert_eq!(node.ingress(Reason::V6N_REASON_DROP_DSR_REFUSED), 1);
+
+    // The frontend, but the destination is no backend of this node's.
+    node.dsr_frontend(TCP, OTHER_POD);
+    let mut elsewhere = first.packet.clone();
+    elsewhere[14 + 24..14 + 40].copy_from_slice(&Ipv6Addr::new(0xfd00, 0x10, 0, 3, 0, 0, 0, 5).octets());
+    assert_eq!(node.arrived_on_uplink(&elsewhere).verdict, TC_ACT_SHOT);
+    assert_eq!(node.ingress(Reason::V6N_REASON_DROP_DSR_REFUSED), 2);
+
+    // Someone else's option is not ours to judge: left as it is.
+    let mut foreign = first.packet.clone();
+    foreign[14 + 42] = 0x3e;
+    let passed = node.arrived_on_uplink(&foreign);
+    assert_ne!(passed.verdict, TC_ACT_SHOT);
+    assert_eq!(passed.packet[14 + 6], DSTOPTS, "the header stays");
+    assert_eq!(node.ingress(Reason::V6N_REASON_DROP_DSR_REFUSED), 2);
 }

@@ -10,7 +10,11 @@
  *   frontend's address back on their way out (pod device or uplink egress);
  * - a backend on another node gets it from this node's masquerade address
  *   (v6n_lb_cfg), so its replies come back here to be given the frontend's
- *   address and sent to the client.
+ *   address and sent to the client; or, with direct server return
+ *   (V6N_LB_DSR), with the client's own address and a header naming the
+ *   frontend, and the backend's node gives the replies the frontend's
+ *   address itself, so a flow that lands on yet another node (an ECMP
+ *   change) still reaches the same backend with the same addresses.
  *
  * The backend is chosen by Maglev over a hash of the client's address and
  * port (address alone with ClientIP affinity), the same on every node.
@@ -276,6 +280,125 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
 }
 
 /*
+ * Direct server return, the receiving node's half: the packet of a
+ * connection whose backend is on another node (rewritten for the backend,
+ * the client's address kept) gets the header naming its frontend. Every TCP
+ * SYN carries it; a UDP packet carries it while the result still fits
+ * IPv6's minimum MTU, so the header never makes a packet too big for the
+ * path (a TCP connection's later packets, and a UDP flow's larger ones, go
+ * bare: the backend's node keeps what the first ones told it). Returns 0,
+ * or -1 when the packet could not be written.
+ */
+#define V6N_IPV6_MIN_MTU 1280
+
+static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow *flow)
+{
+	struct v6n_dsr_header opt = {
+		.hdrlen = (sizeof(opt) - 8) / 8,
+		.opt_type = V6N_DSR_OPT_TYPE,
+		.opt_len = sizeof(opt) - 4,
+		.port = flow->key.dport,
+	};
+	__u32 grown = skb->len - V6N_L3_OFFSET + sizeof(opt);
+
+	if (flow->key.proto == IPPROTO_TCP ? (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) != V6N_TCP_SYN
+					   : grown > V6N_IPV6_MIN_MTU)
+		return 0;
+	__builtin_memcpy(opt.addr, flow->key.daddr, 16);
+	if (flow->l4_offset != V6N_L4_OFFSET || bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, 0) < 0)
+		return -1;
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	/* Payload length and next header sit side by side. */
+	struct {
+		__be16 payload_len;
+		__u8 nexthdr;
+	} __attribute__((packed)) fixed = {
+		.payload_len = bpf_htons(bpf_ntohs(ip6->payload_len) + sizeof(opt)),
+		.nexthdr = IPPROTO_DSTOPTS,
+	};
+	opt.nexthdr = ip6->nexthdr;
+	const __u32 fixed_at = V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len);
+	if (bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &opt, sizeof(opt), BPF_F_RECOMPUTE_CSUM) < 0 ||
+	    bpf_skb_store_bytes(skb, fixed_at, &fixed, sizeof(fixed), BPF_F_RECOMPUTE_CSUM) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * Direct server return, the backend's node's half (uplink ingress): a packet
+ * with v6node's frontend header, for a backend here (a pod, or the node's
+ * own namespace) of a frontend reached from outside, leaves behind the reply
+ * entry that makes the backend's answers leave as the frontend's, straight
+ * to the client; the header is taken off before the backend sees it.
+ * Returns V6N_REASON_PASS for every other packet (someone else's options
+ * too), V6N_REASON_LB_TRACKED when taken in, or the drop reason: a header
+ * naming no frontend that sends here is refused, so that nobody outside
+ * can make a backend answer as a Service it does not serve.
+ */
+static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
+{
+	const __u32 l4 = V6N_L4_OFFSET + sizeof(struct v6n_dsr_header);
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+
+	if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_DSTOPTS || skb->len < l4 + 4)
+		return V6N_REASON_PASS;
+	if (data + l4 + 4 > data_end && bpf_skb_pull_data(skb, l4 + 4) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip6 = data + V6N_L3_OFFSET;
+	struct v6n_dsr_header *opt = data + V6N_L4_OFFSET;
+	__be16 *ports = data + l4;
+	if ((void *)(ports + 2) > data_end)
+		return V6N_REASON_DROP_MALFORMED;
+	if (opt->hdrlen != (sizeof(*opt) - 8) / 8 || opt->opt_type != V6N_DSR_OPT_TYPE ||
+	    opt->opt_len != sizeof(*opt) - 4)
+		return V6N_REASON_PASS;
+
+	__u8 proto = opt->nexthdr;
+	struct v6n_service_key key = { .port = opt->port, .proto = proto };
+	__builtin_memcpy(key.addr, opt->addr, 16);
+	struct v6n_service_value *svc = v6n_lb_frontend(&key);
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || !svc || !(svc->flags & V6N_SERVICE_EXTERNAL) ||
+	    !(v6n_endpoint(&ip6->daddr) || v6n_is_local(skb, (__u8 *)&ip6->daddr)))
+		return V6N_REASON_DROP_DSR_REFUSED;
+
+	struct v6n_ct_key reply_key = { .sport = ports[1], .dport = ports[0], .proto = proto };
+	struct v6n_ct_value reply = {
+		.sport = opt->port,
+		.dport = ports[0],
+		.frontend_id = svc->id,
+		.last_seen_ns = bpf_ktime_get_ns(),
+		.flags = V6N_CT_REPLY,
+	};
+	__builtin_memcpy(reply_key.saddr, &ip6->daddr, 16);
+	__builtin_memcpy(reply_key.daddr, &ip6->saddr, 16);
+	__builtin_memcpy(reply.saddr, opt->addr, 16);
+	__builtin_memcpy(reply.daddr, &ip6->saddr, 16);
+	if (bpf_map_update_elem(&v6n_ct, &reply_key, &reply, BPF_ANY) < 0)
+		return V6N_REASON_DROP_DSR_REFUSED;
+
+	struct {
+		__be16 payload_len;
+		__u8 nexthdr;
+	} __attribute__((packed)) fixed = {
+		.payload_len = bpf_htons(bpf_ntohs(ip6->payload_len) - sizeof(*opt)),
+		.nexthdr = proto,
+	};
+	const __u32 fixed_at = V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len);
+	if (bpf_skb_store_bytes(skb, fixed_at, &fixed, sizeof(fixed), BPF_F_RECOMPUTE_CSUM) < 0 ||
+	    bpf_skb_adjust_room(skb, -(__s32)sizeof(struct v6n_dsr_header), BPF_ADJ_ROOM_NET, 0) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	return V6N_REASON_LB_TRACKED;
+}
+
+/*
  * A new connection from outside to a frontend reached from outside: picks
  * its backend, records both directions, fills `out` with what the packet
  * leaves as. Returns V6N_REASON_LB_TRANSLATED; V6N_REASON_PASS when the
@@ -335,9 +458,14 @@ static __always_inline enum v6n_reason v6n_nodeport_new(struct __sk_buff *skb, c
 		struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
 		if (!cfg)
 			return V6N_REASON_DROP_NAT_PORTS;
-		__builtin_memcpy(out->saddr, cfg->masquerade_addr, 16);
-		if (v6n_masquerade_port(out, &reply, flow->key.proto) < 0)
-			return V6N_REASON_DROP_NAT_PORTS;
+		if (cfg->flags & V6N_LB_DSR) {
+			/* The backend's node answers the client: no reply comes here. */
+			out->flags = V6N_CT_DSR;
+		} else {
+			__builtin_memcpy(out->saddr, cfg->masquerade_addr, 16);
+			if (v6n_masquerade_port(out, &reply, flow->key.proto) < 0)
+				return V6N_REASON_DROP_NAT_PORTS;
+		}
 	}
 	bpf_map_update_elem(&v6n_ct, &flow->key, out, BPF_ANY);
 	return V6N_REASON_LB_TRANSLATED;
@@ -354,6 +482,11 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 	struct v6n_flow flow = {};
 	__u64 now = bpf_ktime_get_ns();
 
+	enum v6n_reason dsr = v6n_dsr_accept(skb);
+	if (dsr != V6N_REASON_PASS && dsr != V6N_REASON_LB_TRACKED) {
+		*action = TC_ACT_SHOT;
+		return dsr;
+	}
 	if (v6n_flow_of(skb, &flow) < 0) {
 		int rewritten = v6n_nodeport_icmp_error(skb);
 
@@ -385,7 +518,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 			return reason;
 		}
 	}
-	if (v6n_ct_rewrite(skb, &flow, &out) < 0) {
+	if (v6n_ct_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0)) {
 		*action = TC_ACT_SHOT;
 		return V6N_REASON_DROP_MALFORMED;
 	}

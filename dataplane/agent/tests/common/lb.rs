@@ -162,8 +162,13 @@ pub fn set_external(ebpf: &mut Ebpf, frontend: SocketAddrV6, proto: u8, backend_
 
 /// The node's masquerade address for connections to backends elsewhere.
 pub fn set_masquerade(ebpf: &mut Ebpf, addr: Ipv6Addr) {
+    set_lb_config(ebpf, addr, 0);
+}
+
+/// v6n_lb_cfg: the masquerade address and the LB_* flags.
+pub fn set_lb_config(ebpf: &mut Ebpf, masquerade: Ipv6Addr, flags: u32) {
     let mut config: HashMap<&mut MapData, u32, LbConfig> = HashMap::try_from(ebpf.map_mut(maps::LB_CONFIG).unwrap()).unwrap();
-    config.insert(0, LbConfig { masquerade_addr: addr.octets() }, 0).unwrap();
+    config.insert(0, LbConfig { masquerade_addr: masquerade.octets(), flags }, 0).unwrap();
 }
 
 /// Removes backend `id` from v6n_backends, as the agent does when it leaves.

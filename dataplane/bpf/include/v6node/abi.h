@@ -33,6 +33,7 @@ enum v6n_reason {
 	 * and in pod devices; a first packet is V6N_REASON_LB_TRANSLATED too. */
 	V6N_REASON_LB_TRACKED = 14,      /* a packet of a tracked connection, rewritten */
 	V6N_REASON_DROP_NAT_PORTS = 15,  /* no source port left to masquerade with */
+	V6N_REASON_DROP_DSR_REFUSED = 16, /* a frontend option for no frontend that sends here */
 	V6N_REASON_COUNT
 };
 
@@ -206,12 +207,38 @@ struct v6n_maglev_table {
 	__u32 backend_ids[V6N_MAGLEV_SIZE];
 };
 
+/* v6n_lb_config.flags */
+#define V6N_LB_DSR 1 /* backends on other nodes answer the client directly */
+
 /* v6n_lb_cfg (hash, key 0): what the uplink needs beyond the tables. */
 struct v6n_lb_config {
 	/* The source a connection from outside is given when its backend is on
 	 * another node, so the reply comes back through this node: an address
-	 * of this node's pod prefix that no pod is given (the prefix's last). */
+	 * of this node's pod prefix that no pod is given (the prefix's last).
+	 * Unused with V6N_LB_DSR. */
 	__u8 masquerade_addr[16];
+	__u32 flags; /* V6N_LB_* */
+};
+
+/*
+ * Direct server return: a connection from outside whose backend is on
+ * another node goes there with the client's own address, and its first
+ * packets carry this Destination Options header (RFC 8200 4.6) naming the
+ * frontend, so the backend's node can answer as the frontend straight to the
+ * client. Option type 0x1e is RFC 4727's experimental one whose two high
+ * bits say "skip if unknown": a host that does not know it still takes the
+ * packet. 24 bytes, the 8-byte multiple the header must be.
+ */
+#define V6N_DSR_OPT_TYPE 0x1e
+
+struct v6n_dsr_header {
+	__u8 nexthdr;
+	__u8 hdrlen;   /* 8-byte units after the first 8: 2 */
+	__u8 opt_type; /* V6N_DSR_OPT_TYPE */
+	__u8 opt_len;  /* the bytes below: 20 */
+	__u8 addr[16]; /* the frontend, as the client addressed it */
+	__u16 port;    /* network byte order */
+	__u16 pad;
 };
 
 /*
@@ -231,6 +258,7 @@ struct v6n_ct_key {
 
 #define V6N_CT_REPLY 1   /* the reply direction of the connection */
 #define V6N_CT_CLOSING 2 /* a TCP FIN or RST was seen: a short lifetime */
+#define V6N_CT_DSR 4     /* to a backend on another node, which answers the client itself */
 
 struct v6n_ct_value {
 	__u8 saddr[16]; /* rewritten to */
