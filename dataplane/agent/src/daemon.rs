@@ -34,7 +34,7 @@ use crate::{
     files, health_checks, logging, metrics, netdev,
     paths::Paths,
     selftest,
-    services::ServiceTables,
+    services::{Outside, ServiceTables},
     sockets,
     state::{self, Reload, State},
     tables,
@@ -356,8 +356,12 @@ impl Daemon {
         let node_address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
         view.add_host_ports(self.endpoints.host_ports(node_address.as_slice()));
         let previous = self.state.lock().expect("state lock").services.clone();
-        let masquerade = self.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
-        let (next, left) = self.services.apply(&self.paths.pin_dir, &view, masquerade, previous.as_ref());
+        let dsr = self.loaded.config.services.remote_backends == v6node_config::RemoteBackends::Dsr;
+        let outside = self
+            .node_pod_prefix()
+            .and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()))
+            .map(|masquerade| Outside { masquerade, dsr });
+        let (next, left) = self.services.apply(&self.paths.pin_dir, &view, outside, previous.as_ref());
         if previous.as_ref() != Some(&next) {
             self.update(|s| s.services = Some(next));
         }

@@ -26,7 +26,8 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{
-    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, MAGLEV_SIZE, SERVICE_AFFINITY, SERVICE_EXTERNAL,
+    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, MAGLEV_SIZE, SERVICE_AFFINITY,
+    SERVICE_EXTERNAL,
 };
 use v6node_k8s::{
     services::{Address, Frontend, Protocol},
@@ -52,6 +53,14 @@ struct Written {
     maglev: Vec<u32>,
 }
 
+/// How a connection from outside reaches a backend on another node
+/// (v6n_lb_cfg): from `masquerade`, or with direct server return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outside {
+    pub masquerade: std::net::Ipv6Addr,
+    pub dsr: bool,
+}
+
 /// The service tables as last read or written.
 #[derive(Default)]
 struct Current {
@@ -59,7 +68,7 @@ struct Current {
     backends: BTreeMap<BackendAddr, u32>,
     /// Frontend ids with a Maglev table.
     maglev: BTreeSet<u32>,
-    masquerade: Option<std::net::Ipv6Addr>,
+    outside: Option<Outside>,
     /// Per frontend, the endpoints its slices listed at the last sync
     /// (`Frontend::listed`); not in the kernel, so empty after a restart.
     listed: BTreeMap<Address, BTreeSet<(std::net::Ipv6Addr, u16)>>,
@@ -177,7 +186,8 @@ impl Tables {
                 written.maglev = vec![0];
             }
         }
-        current.masquerade = self.config.get(&0, 0).ok().map(|c| c.masquerade_addr.into());
+        current.outside =
+            self.config.get(&0, 0).ok().map(|c| Outside { masquerade: c.masquerade_addr.into(), dsr: c.flags & LB_DSR != 0 });
         Ok(current)
     }
 }
@@ -251,10 +261,10 @@ impl ServiceTables {
         &mut self,
         pin_dir: &Path,
         view: &ServicesView,
-        masquerade: Option<std::net::Ipv6Addr>,
+        outside: Option<Outside>,
         previous: Option<&ServicesState>,
     ) -> (ServicesState, Vec<LeftBackend>) {
-        let (next, left) = match self.sync(pin_dir, view, masquerade) {
+        let (next, left) = match self.sync(pin_dir, view, outside) {
             Ok(synced) => synced,
             Err(e) => {
                 log::error!("syncing {} service frontend(s): {e:#}", view.frontends.len());
@@ -287,9 +297,9 @@ impl ServiceTables {
         &mut self,
         pin_dir: &Path,
         view: &ServicesView,
-        masquerade: Option<std::net::Ipv6Addr>,
+        outside: Option<Outside>,
     ) -> Result<(ServicesState, Vec<LeftBackend>)> {
-        let result = self.sync_inner(pin_dir, view, masquerade);
+        let result = self.sync_inner(pin_dir, view, outside);
         if result.is_err() {
             self.current = None;
         }
@@ -300,7 +310,7 @@ impl ServiceTables {
         &mut self,
         pin_dir: &Path,
         view: &ServicesView,
-        masquerade: Option<std::net::Ipv6Addr>,
+        outside: Option<Outside>,
     ) -> Result<(ServicesState, Vec<LeftBackend>)> {
         let mut tables = Tables::open(pin_dir)?;
         let started = Instant::now();
@@ -312,16 +322,19 @@ impl ServiceTables {
         let started = Instant::now();
         let mut stats = SyncStats { entries: view.frontends.len(), read_micros, ..SyncStats::default() };
 
-        // The masquerade address before any table names a remote backend.
-        if current.masquerade != masquerade {
-            match masquerade {
-                Some(addr) => tables
-                    .config
-                    .insert(0, LbConfig { masquerade_addr: addr.octets() }, 0)
-                    .with_context(|| format!("setting the masquerade address {addr}"))?,
+        // How remote backends are reached, before any table names one.
+        if current.outside != outside {
+            match outside {
+                Some(o) => {
+                    let flags = if o.dsr { LB_DSR } else { 0 };
+                    tables
+                        .config
+                        .insert(0, LbConfig { masquerade_addr: o.masquerade.octets(), flags }, 0)
+                        .with_context(|| format!("setting the masquerade address {} (dsr {})", o.masquerade, o.dsr))?
+                }
                 None => remove(&mut tables.config, &0)?,
             }
-            current.masquerade = masquerade;
+            current.outside = outside;
         }
 
         // What each backend id was, for the backends that leave.

@@ -288,13 +288,35 @@ pub struct Services {
     /// A cgroup v2 directory; `None`: no socket hooks.
     #[serde(serialize_with = "serialize_optional_displayed_path")]
     pub cgroup: Option<PathBuf>,
+    /// How a connection from outside reaches a backend on another node.
+    pub remote_backends: RemoteBackends,
 }
 
 impl Default for Services {
     fn default() -> Self {
-        Services { cgroup: Some(PathBuf::from("/sys/fs/cgroup")) }
+        Services { cgroup: Some(PathBuf::from("/sys/fs/cgroup")), remote_backends: RemoteBackends::Masquerade }
     }
 }
+
+/// A connection from outside the cluster (NodePort, external or
+/// load-balancer IP) whose backend is on another node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteBackends {
+    /// From this node's masquerade address: replies come back through this
+    /// node. Works on any network, but a flow that lands on another node
+    /// (an ECMP change) reaches its backend from another address and resets.
+    #[default]
+    Masquerade,
+    /// Direct server return: with the client's own address and a header
+    /// naming the frontend, and the backend's node answers the client
+    /// itself. A moved flow keeps its connection. Needs every such backend
+    /// on a v6node node, and a node network that carries packets with the
+    /// clients' source addresses between nodes.
+    Dsr,
+}
+
+keywords!(RemoteBackends, "remote backends mode", { Masquerade => "masquerade", Dsr => "dsr" });
 
 /// Reaching peers that are not on-link: BGP announcements of this node's
 /// prefixes to the site's routers (bird2, configured by the agent). Direct

@@ -653,6 +653,15 @@ fn services_cgroup_is_the_root_cgroup_unless_moved_or_turned_off() {
 }
 
 #[test]
+fn services_remote_backends_are_masqueraded_unless_dsr_is_chosen() {
+    assert_eq!(Config::default().services.remote_backends, RemoteBackends::Masquerade, "works on any network");
+    let c = ok("[services]\nremote_backends = \"dsr\"\n");
+    assert_eq!(c.services.remote_backends, RemoteBackends::Dsr);
+    assert_eq!(ok(&toml::to_string(&c).unwrap()), c, "round trip through its own serialization");
+    bad("[services]\nremote_backends = \"snat\"\n", "services.remote_backends", "snat");
+}
+
+#[test]
 fn pods_prefix_rejects_what_cannot_number_pods() {
     bad("[pods]\nprefix = \"10.244.0.0/24\"\n", "pods.prefix", "is not an IPv6 prefix");
     bad("[pods]\nprefix = \"fd00:10:244:1::5/64\"\n", "pods.prefix", "host bits set; the prefix is fd00:10:244:1::/64");

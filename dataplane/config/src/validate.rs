@@ -101,13 +101,16 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
     }
 
-    if let Some(t) = v.section(root, "services", &["cgroup"])? {
+    if let Some(t) = v.section(root, "services", &["cgroup", "remote_backends"])? {
         if let Some(s) = v.string(t, "services.cgroup")? {
             cfg.services.cgroup = match s {
                 "" => None,
                 s if s.starts_with('/') => Some(s.into()),
                 s => return Err(v.err("services.cgroup", format!("{s:?} is not an absolute path"))),
             };
+        }
+        if let Some(s) = v.string(t, "services.remote_backends")? {
+            cfg.services.remote_backends = s.parse().map_err(|r| v.err("services.remote_backends", r))?;
         }
     }
 
