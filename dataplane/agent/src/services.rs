@@ -89,6 +89,11 @@ pub struct ServicesState {
     pub problems: Vec<ServiceProblem>,
     pub sync: SyncStats,
     pub error: Option<String>,
+    /// How connections from outside reach backends on other nodes:
+    /// `masquerade as ADDR`, `direct server return`, or `none` (no pod
+    /// prefix yet, so such connections are dropped).
+    #[serde(default)]
+    pub remote_backends: String,
 }
 
 /// A frontend as the view has it, with the id the tables gave it.
@@ -476,6 +481,11 @@ impl ServiceTables {
             problems: view.problems.clone(),
             sync: stats,
             error: None,
+            remote_backends: match current.outside {
+                Some(Outside { dsr: true, .. }) => "direct server return".to_string(),
+                Some(Outside { masquerade, .. }) => format!("masquerade as {masquerade}"),
+                None => "none".to_string(),
+            },
         };
         Ok((state, left))
     }

@@ -401,10 +401,11 @@ fn services_section(out: &mut String, status: &Status) {
         (Some(cgroup), None) => writeln!(out, "\nservices:    socket hooks on {cgroup} ({}); no Services yet", hooks.join(", ")),
         (Some(cgroup), Some(s)) => writeln!(
             out,
-            "\nservices:    {} frontend(s), {} backend(s); socket hooks on {cgroup} ({})",
+            "\nservices:    {} frontend(s), {} backend(s); socket hooks on {cgroup} ({}); from outside to other nodes: {}",
             s.recorded.frontends.len(),
             s.recorded.backends,
-            hooks.join(", ")
+            hooks.join(", "),
+            s.recorded.remote_backends
         ),
     };
     let Some(services) = &status.services else { return };
