@@ -448,7 +448,13 @@ fn the_backends_node_answers_as_the_frontend_and_a_flow_moved_to_another_node_ke
             segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, true),
         );
         let mut backend_node = Node::new(&format!("dsr-backend-{proto}"), 0);
-        backend_node.dsr_frontend(proto, OTHER_POD);
+        if proto == TCP {
+            backend_node.dsr_frontend(proto, OTHER_POD);
+        } else {
+            // A frontend this node serves only to its own pods (a NodePort
+            // on the receiving node's address) is named just as well.
+            add_service(&mut backend_node.host, 1, addr(VIP, LB_PORT), proto, &[addr(OTHER_POD, TARGET_PORT)], None);
+        }
         backend_node.with_other_pod();
 
         let delivered = backend_node.arrived_on_uplink(&first.packet);

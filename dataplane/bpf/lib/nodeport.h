@@ -331,13 +331,15 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 /*
  * Direct server return, the backend's node's half (uplink ingress): a packet
  * with v6node's frontend header, for a backend here (a pod, or the node's
- * own namespace) of a frontend reached from outside, leaves behind the reply
- * entry that makes the backend's answers leave as the frontend's, straight
- * to the client; the header is taken off before the backend sees it.
+ * own namespace) of a Service frontend, leaves behind the reply entry that
+ * makes the backend's answers leave as the frontend's, straight to the
+ * client; the header is taken off before the backend sees it. The frontend
+ * need not be reached from outside here: a NodePort on the receiving
+ * node's address is, on this node, only a frontend for its own pods.
  * Returns V6N_REASON_PASS for every other packet (someone else's options
  * too), V6N_REASON_LB_TRACKED when taken in, or the drop reason: a header
- * naming no frontend that sends here is refused, so that nobody outside
- * can make a backend answer as a Service it does not serve.
+ * naming no frontend, or for no backend here, is refused, so that nobody
+ * outside can make a backend answer as anything but a Service.
  */
 static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 {
@@ -365,7 +367,7 @@ static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 	struct v6n_service_key key = { .port = opt->port, .proto = proto };
 	__builtin_memcpy(key.addr, opt->addr, 16);
 	struct v6n_service_value *svc = v6n_lb_frontend(&key);
-	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || !svc || !(svc->flags & V6N_SERVICE_EXTERNAL) ||
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || !svc ||
 	    !(v6n_endpoint(&ip6->daddr) || v6n_is_local(skb, (__u8 *)&ip6->daddr)))
 		return V6N_REASON_DROP_DSR_REFUSED;
 
