@@ -19,6 +19,9 @@
 #define AF_INET6 10
 #endif
 
+/* The MTU every IPv6 link has (RFC 8200 5). */
+#define V6N_IPV6_MIN_MTU 1280
+
 /*
  * FIB lookup for a translated packet. The kernel checks forwarding on the
  * device the lookup starts from, in the family being looked up: the

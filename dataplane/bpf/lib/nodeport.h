@@ -279,6 +279,19 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
 	return 1;
 }
 
+/* The IPv6 header's payload length and next header (side by side), with a
+ * CHECKSUM_COMPLETE packet's sum kept right. */
+static __always_inline int v6n_set_length_and_next(struct __sk_buff *skb, __u16 payload_len, __u8 nexthdr)
+{
+	struct {
+		__be16 payload_len;
+		__u8 nexthdr;
+	} __attribute__((packed)) fields = { .payload_len = bpf_htons(payload_len), .nexthdr = nexthdr };
+
+	return bpf_skb_store_bytes(skb, V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len), &fields,
+				   sizeof(fields), BPF_F_RECOMPUTE_CSUM);
+}
+
 /*
  * Direct server return, the receiving node's half: the packet of a
  * connection whose backend is on another node (rewritten for the backend,
@@ -289,8 +302,6 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
  * bare: the backend's node keeps what the first ones told it). Returns 0,
  * or -1 when the packet could not be written.
  */
-#define V6N_IPV6_MIN_MTU 1280
-
 static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow *flow)
 {
 	struct v6n_dsr_header opt = {
@@ -304,26 +315,21 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 	if (flow->key.proto == IPPROTO_TCP ? (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) != V6N_TCP_SYN
 					   : grown > V6N_IPV6_MIN_MTU)
 		return 0;
+	/* A jumbogram's hop-by-hop header comes first: such packets go bare. */
+	if (flow->l4_offset != V6N_L4_OFFSET)
+		return 0;
 	__builtin_memcpy(opt.addr, flow->key.daddr, 16);
-	if (flow->l4_offset != V6N_L4_OFFSET || bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, 0) < 0)
+	if (bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, 0) < 0)
 		return -1;
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
 	if ((void *)(ip6 + 1) > data_end)
 		return -1;
-	/* Payload length and next header sit side by side. */
-	struct {
-		__be16 payload_len;
-		__u8 nexthdr;
-	} __attribute__((packed)) fixed = {
-		.payload_len = bpf_htons(bpf_ntohs(ip6->payload_len) + sizeof(opt)),
-		.nexthdr = IPPROTO_DSTOPTS,
-	};
 	opt.nexthdr = ip6->nexthdr;
-	const __u32 fixed_at = V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len);
+	__u16 payload_len = bpf_ntohs(ip6->payload_len) + sizeof(opt);
 	if (bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &opt, sizeof(opt), BPF_F_RECOMPUTE_CSUM) < 0 ||
-	    bpf_skb_store_bytes(skb, fixed_at, &fixed, sizeof(fixed), BPF_F_RECOMPUTE_CSUM) < 0)
+	    v6n_set_length_and_next(skb, payload_len, IPPROTO_DSTOPTS) < 0)
 		return -1;
 	return 0;
 }
@@ -386,15 +392,7 @@ static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 	if (bpf_map_update_elem(&v6n_ct, &reply_key, &reply, BPF_ANY) < 0)
 		return V6N_REASON_DROP_DSR_REFUSED;
 
-	struct {
-		__be16 payload_len;
-		__u8 nexthdr;
-	} __attribute__((packed)) fixed = {
-		.payload_len = bpf_htons(bpf_ntohs(ip6->payload_len) - sizeof(*opt)),
-		.nexthdr = proto,
-	};
-	const __u32 fixed_at = V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len);
-	if (bpf_skb_store_bytes(skb, fixed_at, &fixed, sizeof(fixed), BPF_F_RECOMPUTE_CSUM) < 0 ||
+	if (v6n_set_length_and_next(skb, bpf_ntohs(ip6->payload_len) - sizeof(*opt), proto) < 0 ||
 	    bpf_skb_adjust_room(skb, -(__s32)sizeof(struct v6n_dsr_header), BPF_ADJ_ROOM_NET, 0) < 0)
 		return V6N_REASON_DROP_MALFORMED;
 	return V6N_REASON_LB_TRACKED;

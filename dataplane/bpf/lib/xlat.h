@@ -26,7 +26,6 @@
 #define V6N_ETH_HLEN 14
 #define V6N_IP6_HLEN 40
 #define V6N_IP4_HLEN 20
-#define V6N_IPV6_MIN_MTU 1280
 /* Packets an IPv4 router may not fragment are kept to a size IPv6 can carry
  * unfragmented: RFC 7915 sets DF on translated packets above 1260 bytes. */
 #define V6N_DF_THRESHOLD 1260
