@@ -318,18 +318,15 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 	/* A jumbogram's hop-by-hop header comes first: such packets go bare. */
 	if (flow->l4_offset != V6N_L4_OFFSET)
 		return 0;
+	/* The transport header follows the IPv6 header: it is the next header. */
+	opt.nexthdr = flow->key.proto;
 	__builtin_memcpy(opt.addr, flow->key.daddr, 16);
-	if (bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, 0) < 0)
-		return -1;
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
-	if ((void *)(ip6 + 1) > data_end)
-		return -1;
-	opt.nexthdr = ip6->nexthdr;
-	__u16 payload_len = bpf_ntohs(ip6->payload_len) + sizeof(opt);
-	if (bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &opt, sizeof(opt), BPF_F_RECOMPUTE_CSUM) < 0 ||
-	    v6n_set_length_and_next(skb, payload_len, IPPROTO_DSTOPTS) < 0)
+	__be16 payload_len;
+	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len), &payload_len,
+			       sizeof(payload_len)) < 0 ||
+	    bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &opt, sizeof(opt), BPF_F_RECOMPUTE_CSUM) < 0 ||
+	    v6n_set_length_and_next(skb, bpf_ntohs(payload_len) + sizeof(opt), IPPROTO_DSTOPTS) < 0)
 		return -1;
 	return 0;
 }

@@ -294,7 +294,7 @@ pub struct Services {
 
 impl Default for Services {
     fn default() -> Self {
-        Services { cgroup: Some(PathBuf::from("/sys/fs/cgroup")), remote_backends: RemoteBackends::Masquerade }
+        Services { cgroup: Some(PathBuf::from("/sys/fs/cgroup")), remote_backends: RemoteBackends::default() }
     }
 }
 
