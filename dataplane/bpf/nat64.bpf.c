@@ -16,6 +16,7 @@
 
 #include "lib/counters.h"
 #include "lib/nat64.h"
+#include "lib/nat64_state.h"
 #include "lib/xlat.h"
 
 /*
@@ -386,14 +387,18 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (v6n_map_6to4(cfg, &ip6.daddr, &daddr) < 0)
 		return V6N_NOT_OURS;
+	int stateful = 0;
 	if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
 		/* An EAM destination from an unmapped source is plain IPv6 routed
-		 * through this box; a prefix destination can only mean translation. */
+		 * through this box; a prefix destination can only mean translation,
+		 * stateful where the source may borrow from the pool. */
 		struct v6n_lpm6_key key = { .prefixlen = 128 };
 		__builtin_memcpy(key.addr, &ip6.daddr, 16);
 		if (bpf_map_lookup_elem(&v6n_eam6, &key))
 			return V6N_NOT_OURS;
-		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+		if (!v6n_nat64_may_use_pool(&ip6.saddr))
+			return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+		stateful = 1;
 	}
 
 	__u32 plen = bpf_ntohs(ip6.payload_len);
@@ -448,6 +453,17 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 				return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
 		}
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
+	}
+	if (stateful) {
+		/* RFC 6146 reassembles fragments first; with nowhere to keep them,
+		 * a fragment (ports only in the first) is refused, not guessed at. */
+		if (fragmented)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		__s64 pool = v6n_nat64_outbound(skb, &ip6.saddr, daddr,
+						V6N_NAT64_L4(V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len, nexthdr));
+		if (pool < 0)
+			return V6N_DROP(-pool);
+		saddr = (__be32)pool;
 	}
 
 	struct bpf_fib_lookup fib = { .ifindex = skb->ingress_ifindex };
@@ -835,7 +851,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (h.ip.version != 4)
 		return V6N_NOT_OURS;
-	if (v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
+	if (!v6n_nat64_is_pool(h.ip.daddr) && v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
 		return V6N_NOT_OURS;
 
 	__u32 hlen = h.ip.ihl * 4, tot_len = bpf_ntohs(h.ip.tot_len);
@@ -878,6 +894,14 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		if (is_error)
 			return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
+	}
+	/* Asked again rather than kept: this frame has not a byte to spare. */
+	if (v6n_nat64_is_pool(h.ip.daddr)) {
+		if (fragmented || is_error)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		int reason = v6n_nat64_inbound(skb, V6N_NAT64_L4(l4_off, protocol), &daddr);
+		if (reason)
+			return V6N_DROP(reason);
 	}
 
 	struct bpf_fib_lookup fib = { .ifindex = skb->ingress_ifindex };
@@ -955,6 +979,10 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 
 	l4_off = V6N_ETH_HLEN + V6N_IP6_HLEN + frag_len;
 	if (protocol == IPPROTO_ICMPV6) {
+		/* As the packet has it now: stateful NAT64 may have rewritten the
+		 * identifier, and the checksum with it. */
+		if (bpf_skb_load_bytes(skb, l4_off + offsetof(struct icmphdr, checksum), &icmp.checksum, 2) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 		struct {
 			struct v6n_pseudo6 pseudo;
 			__u8 type, code;

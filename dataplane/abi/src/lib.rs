@@ -23,6 +23,12 @@ pub use generated::{
     V6N_ENDPOINTS_MAX as ENDPOINTS_MAX, V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_LB_DSR as LB_DSR,
     V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL, V6N_XLAT4_MAX as XLAT4_MAX,
 };
+pub use generated::{
+    v6n_nat64_pool_value as Nat64PoolValue, v6n_nat64_port as Nat64Port, V6N_CT_CLOSING as CT_CLOSING,
+    V6N_CT_ESTABLISHED as CT_ESTABLISHED, V6N_NAT64_FILTER_ADDRESS_DEPENDENT as NAT64_FILTER_ADDRESS_DEPENDENT,
+    V6N_NAT64_FILTER_ENDPOINT_INDEPENDENT as NAT64_FILTER_ENDPOINT_INDEPENDENT, V6N_NAT64_POOL_MAX as NAT64_POOL_MAX,
+    V6N_NAT64_PORTS_MAX as NAT64_PORTS_MAX, V6N_NAT64_SOURCES_MAX as NAT64_SOURCES_MAX, V6N_NAT64_STATE_MAX as NAT64_STATE_MAX,
+};
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
 // pattern is valid and the kernel copies them byte for byte.
@@ -49,6 +55,8 @@ mod pod {
     unsafe impl aya::Pod for SockRevnatValue {}
     unsafe impl aya::Pod for CtKey {}
     unsafe impl aya::Pod for CtValue {}
+    unsafe impl aya::Pod for Nat64Port {}
+    unsafe impl aya::Pod for Nat64PoolValue {}
     unsafe impl aya::Pod for LbConfig {}
     unsafe impl aya::Pod for MaglevTable {}
 }
@@ -65,6 +73,13 @@ pub mod maps {
     pub const EAM4: &str = "v6n_eam4";
     /// nat64.translatable: IPv4 destinations embedded in the prefix.
     pub const XLAT4: &str = "v6n_xlat4";
+    /// Declared in `bpf/lib/nat64_state.h`: stateful NAT64.
+    pub const NAT64_STATE: &str = "v6n_nat64_state";
+    pub const NAT64_SOURCES: &str = "v6n_nat64_src";
+    pub const NAT64_POOL: &str = "v6n_nat64_pool";
+    pub const NAT64_FREE_TCP: &str = "v6n_nat64_free_tcp";
+    pub const NAT64_FREE_UDP: &str = "v6n_nat64_free_udp";
+    pub const NAT64_FREE_ICMP: &str = "v6n_nat64_free_icmp";
     /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
     pub const ENDPOINTS: &str = "v6n_endpoints";
     /// Declared in `bpf/lib/lb.h`: Services, their backends and frontends.
@@ -101,6 +116,10 @@ impl Reason {
         Reason::V6N_REASON_LB_TRACKED,
         Reason::V6N_REASON_DROP_NAT_PORTS,
         Reason::V6N_REASON_DROP_DSR_REFUSED,
+        Reason::V6N_REASON_DROP_POOL_EXHAUSTED,
+        Reason::V6N_REASON_DROP_NO_BINDING,
+        Reason::V6N_REASON_DROP_FILTERED,
+        Reason::V6N_REASON_DROP_STATE_FULL,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -123,6 +142,10 @@ impl Reason {
             Reason::V6N_REASON_LB_TRACKED => "service_tracked",
             Reason::V6N_REASON_DROP_NAT_PORTS => "masquerade_ports_exhausted",
             Reason::V6N_REASON_DROP_DSR_REFUSED => "dsr_option_refused",
+            Reason::V6N_REASON_DROP_POOL_EXHAUSTED => "nat64_pool_exhausted",
+            Reason::V6N_REASON_DROP_NO_BINDING => "nat64_no_binding",
+            Reason::V6N_REASON_DROP_FILTERED => "nat64_filtered",
+            Reason::V6N_REASON_DROP_STATE_FULL => "nat64_state_full",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -204,7 +227,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Lpm6Key>(), 20);
         assert_eq!(std::mem::size_of::<Lpm4Key>(), 8);
         assert_eq!(std::mem::size_of::<EamValue>(), 28);
-        assert_eq!(std::mem::size_of::<Nat64Config>(), 20);
+        assert_eq!(std::mem::size_of::<Nat64Config>(), 40);
+        assert_eq!(std::mem::size_of::<Nat64Port>(), 8);
         assert_eq!(std::mem::size_of::<EndpointKey>(), 16);
         assert_eq!(std::mem::size_of::<EndpointValue>(), 20);
         assert_eq!(std::mem::size_of::<ServiceKey>(), 24);

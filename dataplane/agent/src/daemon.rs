@@ -31,7 +31,7 @@ use crate::{
     cluster::{self, Cluster},
     connections::{self, LeftBackend},
     endpoints::Endpoints,
-    files, health_checks, logging, metrics, netdev,
+    files, health_checks, logging, metrics, nat64_state, netdev,
     paths::Paths,
     selftest,
     services::{Outside, ServiceTables},
@@ -136,6 +136,8 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut resync = interval(RESYNC);
     resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
     resync.tick().await;
+    let mut nat64_sweep = interval(nat64_state::SWEEP_EVERY);
+    nat64_sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut watchdog_usec = 0;
     let mut watchdog =
         sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
@@ -169,6 +171,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
                 daemon.reconcile_devices().await;
             }
             _ = resync.tick() => daemon.resync().await,
+            _ = nat64_sweep.tick() => daemon.sweep_nat64(),
             Ok((stream, _)) = listener.accept() => daemon.serve(stream).await,
             _ = async { match watchdog.as_mut() { Some(w) => { w.tick().await; } None => pending().await } } => {
                 notify(&[NotifyState::Watchdog]);
@@ -290,6 +293,24 @@ impl Daemon {
 
     /// The periodic repair: pods whose devices vanished lose their
     /// endpoints, then attachments are brought in line.
+    /// Stateful NAT64's timer: ends expired bindings, gives their ports
+    /// back, and refreshes what `status` shows of the pool.
+    fn sweep_nat64(&mut self) {
+        let nat64 = &self.loaded.config.nat64;
+        let Some(stateful) = nat64.stateful.as_ref().filter(|_| !nat64.devices.is_empty()) else {
+            return;
+        };
+        match nat64_state::sweep(&self.paths.pin_dir, stateful) {
+            Ok(swept) => self.update(|s| {
+                if let Some(n) = s.nat64.as_mut() {
+                    let before = n.stateful.as_ref().map_or(0, |p| p.expired);
+                    n.stateful = Some(nat64_state::StatefulStats { expired: before + swept.expired, ..swept });
+                }
+            }),
+            Err(e) => log::error!("sweeping the NAT64 bindings: {e:#}"),
+        }
+    }
+
     async fn resync(&mut self) {
         match self.endpoints.prune(&self.paths) {
             Ok(gone) => {
@@ -493,7 +514,11 @@ impl Daemon {
             None
         } else {
             self.attacher.prepare_nat64()?;
-            let stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64)?;
+            let mut stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64)?;
+            stats.stateful = nat64_state::sync(&self.paths.pin_dir, config.nat64.stateful.as_ref())?;
+            if let Some(pool) = &stats.stateful {
+                log::info!("NAT64 stateful: pool {}, {} binding(s) kept", pool.layout, pool.bindings);
+            }
             log::info!(
                 "NAT64 prefix {}, {} EAM(s) ({} added, {} changed, {} removed in {} µs)",
                 stats.prefix,

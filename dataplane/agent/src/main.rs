@@ -17,6 +17,7 @@ mod linkinfo;
 mod logging;
 mod maglev;
 mod metrics;
+mod nat64_state;
 mod netdev;
 mod paths;
 mod reload;

@@ -72,6 +72,27 @@ pub fn render(paths: &Paths, state: &State) -> String {
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    if let Some(pool) = state.nat64.as_ref().and_then(|n| n.stateful.as_ref()) {
+        for (name, help, value) in [
+            (
+                "v6node_nat64_pool_ports_in_use",
+                "Ports (ICMP: echo identifiers) of a stateful NAT64 pool address held by bindings.",
+                (|u: &crate::nat64_state::PoolUse| u.in_use) as fn(&crate::nat64_state::PoolUse) -> usize,
+            ),
+            ("v6node_nat64_pool_ports", "Ports of a stateful NAT64 pool address, in use or free.", |u| u.ports),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for u in &pool.pool {
+                let _ = writeln!(out, "{name}{{address=\"{}\",protocol=\"{}\"}} {}", u.address, u.protocol, value(u));
+            }
+        }
+        let name = "v6node_nat64_bindings_expired_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Stateful NAT64 bindings ended by the sweep.\n# TYPE {name} counter\n{name} {}",
+            pool.expired
+        );
+    }
     if let Some(services) = &state.services {
         let stats = crate::services::stats(&paths.pin_dir).unwrap_or_default();
         // (name, help, type, the value from (translated, refused) and the backend count)

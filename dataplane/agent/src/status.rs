@@ -298,6 +298,19 @@ fn human(status: &Status) -> String {
                 "nat64:       prefix {}, {} explicit address mapping(s), {} translatable IPv4 range(s)",
                 nat64.prefix, nat64.eam.entries, nat64.translatable.entries
             );
+            if let Some(pool) = &nat64.stateful {
+                let _ = writeln!(
+                    out,
+                    "nat64 pool:  {} binding(s), {} expired, {} source prefix(es), {} filtering",
+                    pool.bindings, pool.expired, pool.sources, pool.filtering
+                );
+                let rows: Vec<Vec<String>> = pool
+                    .pool
+                    .iter()
+                    .map(|u| vec![u.address.clone(), u.protocol.clone(), u.in_use.to_string(), u.ports.to_string()])
+                    .collect();
+                table(&mut out, &["POOL ADDRESS", "PROTOCOL", "IN USE", "PORTS"], &rows);
+            }
         }
         None => {
             let _ = writeln!(out, "nat64:       off");

@@ -10,8 +10,10 @@ use aya::maps::{
 };
 use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config};
-use v6node_config::Nat64;
+use v6node_abi::{
+    maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT,
+};
+use v6node_config::{Nat64, Nat64Filtering};
 
 use crate::bpf;
 
@@ -76,11 +78,14 @@ pub struct Nat64Stats {
     /// nat64.translatable: IPv4 ranges translated into the prefix.
     #[serde(default)]
     pub translatable: SyncStats,
+    /// `[nat64.stateful]`, refreshed by each sweep.
+    #[serde(default)]
+    pub stateful: Option<crate::nat64_state::StatefulStats>,
 }
 
 /// Makes an LPM table (`what`, for errors) hold exactly `wanted`: writes
 /// first; the stale keys are returned for the caller to remove last.
-fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
+pub(crate) fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
     trie: &mut LpmTrie<MapData, [u8; N], V>,
     wanted: &[((u32, [u8; N]), V)],
     stats: &mut SyncStats,
@@ -132,7 +137,9 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     let stale4 = sync_trie(&mut eam4, &by4, &mut stats4, "EAM")?;
 
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-    let value = Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), pad: [0; 3] };
+    let mut value = nat64_config(nat64);
+    // Not this sync's to change: nat64_state::sync writes it once the queues hold that pool.
+    value.pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
 
     for (len, addr) in &stale6 {
@@ -144,7 +151,24 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     stats.removed = stale6.len().max(stale4.len());
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
-    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable })
+    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None })
+}
+
+/// The translator's single configuration element.
+fn nat64_config(nat64: &Nat64) -> Nat64Config {
+    let mut value =
+        Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), ..Nat64Config::default() };
+    if let Some(stateful) = &nat64.stateful {
+        value.filtering = match stateful.filtering {
+            Nat64Filtering::EndpointIndependent => NAT64_FILTER_ENDPOINT_INDEPENDENT,
+            Nat64Filtering::AddressDependent => NAT64_FILTER_ADDRESS_DEPENDENT,
+        } as u8;
+        value.udp_seconds = stateful.udp_seconds;
+        value.tcp_established_seconds = stateful.tcp_established_seconds;
+        value.tcp_transitory_seconds = stateful.tcp_transitory_seconds;
+        value.icmp_seconds = stateful.icmp_seconds;
+    }
+    value
 }
 
 /// Makes the translatable table hold exactly `ranges`: new ones in first,

@@ -199,13 +199,91 @@ pub struct Nat64 {
     /// addresses, RFC 6052): stateless NAT46 to IPv6 services numbered so.
     #[serde(serialize_with = "serialize_displayed")]
     pub translatable: Vec<Ipv4Net>,
+    /// `[nat64.stateful]`; `None`: every IPv6 source needs a mapping.
+    pub stateful: Option<Nat64Stateful>,
 }
 
 impl Default for Nat64 {
     fn default() -> Self {
-        Nat64 { devices: Vec::new(), prefix: well_known_prefix(), eam: Vec::new(), translatable: Vec::new() }
+        Nat64 { devices: Vec::new(), prefix: well_known_prefix(), eam: Vec::new(), translatable: Vec::new(), stateful: None }
     }
 }
+
+/// Stateful NAT64 (RFC 6146): IPv6 clients in `sources` without a mapping
+/// of their own share the IPv4 addresses of `pool`, one transport address
+/// per client transport address (endpoint-independent mapping).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Nat64Stateful {
+    #[serde(serialize_with = "serialize_displayed")]
+    pub pool: Vec<Ipv4Addr>,
+    #[serde(serialize_with = "serialize_displayed")]
+    pub sources: Vec<Ipv6Net>,
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub tcp_ports: PortRange,
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub udp_ports: PortRange,
+    /// ICMP echo identifiers, which stand in for ports.
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub icmp_ids: PortRange,
+    pub filtering: Nat64Filtering,
+    pub udp_seconds: u32,
+    pub tcp_established_seconds: u32,
+    /// Before the server answers, and after a FIN or RST.
+    pub tcp_transitory_seconds: u32,
+    pub icmp_seconds: u32,
+}
+
+/// RFC 6146 4's default lifetimes.
+pub const NAT64_UDP_SECONDS: u32 = 300;
+pub const NAT64_TCP_ESTABLISHED_SECONDS: u32 = 7440;
+pub const NAT64_TCP_TRANSITORY_SECONDS: u32 = 240;
+pub const NAT64_ICMP_SECONDS: u32 = 60;
+/// Ports below stay the node's own, as RFC 6056 leaves them to services.
+pub const NAT64_PORTS_DEFAULT: PortRange = PortRange { first: 1024, last: 65535 };
+
+/// `first-last`, both included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub fn len(self) -> usize {
+        usize::from(self.last) - usize::from(self.first) + 1
+    }
+
+    pub fn is_empty(self) -> bool {
+        false
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = u16> {
+        self.first..=self.last
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+/// RFC 4787 filtering: which IPv4 hosts may reach a binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Nat64Filtering {
+    /// Any host, once the client has a binding (what RFC 6146 recommends
+    /// for applications to work).
+    #[default]
+    EndpointIndependent,
+    /// Only hosts the client has sent to.
+    AddressDependent,
+}
+
+keywords!(Nat64Filtering, "filtering", {
+    EndpointIndependent => "endpoint-independent",
+    AddressDependent => "address-dependent",
+});
 
 /// RFC 6052's well-known prefix, 64:ff9b::/96.
 pub fn well_known_prefix() -> Ipv6Net {

@@ -744,3 +744,55 @@ fn nat64_translatable_ranges() {
     bad(&list(r#""2001:db8::/120""#), "nat64.translatable[0]", "not an IPv4 prefix");
     bad("[nat64]\ntranslatable = \"198.51.100.0/24\"\n", "nat64.translatable", "array");
 }
+
+#[test]
+fn nat64_stateful_pool_sources_ranges_and_lifetimes() {
+    assert!(ok("").nat64.stateful.is_none());
+    let c = ok("[nat64.stateful]\npool = [\"203.0.113.1\", \"203.0.113.2\"]\nsources = [\"fd00:10::/48\"]\n");
+    let s = c.nat64.stateful.expect("stateful");
+    assert_eq!(s.pool.len(), 2);
+    assert_eq!(s.sources[0].to_string(), "fd00:10::/48");
+    assert_eq!((s.tcp_ports.to_string(), s.udp_ports.len()), ("1024-65535".into(), 64512));
+    assert_eq!(s.filtering, Nat64Filtering::EndpointIndependent);
+    assert_eq!(
+        (s.udp_seconds, s.tcp_established_seconds, s.tcp_transitory_seconds, s.icmp_seconds),
+        (300, 7440, 240, 60),
+        "RFC 6146's defaults"
+    );
+    let c = ok("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\nudp_ports = \"20000-20099\"\n\
+                icmp_ids = \"0-99\"\nfiltering = \"address-dependent\"\nudp_seconds = 120\n");
+    let s = c.nat64.stateful.unwrap();
+    assert_eq!((s.udp_ports.first, s.udp_ports.last, s.icmp_ids.len()), (20000, 20099, 100));
+    assert_eq!((s.filtering, s.udp_seconds), (Nat64Filtering::AddressDependent, 120));
+
+    let with = |extra: &str| format!("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\n{extra}");
+    bad("[nat64.stateful]\nsources = [\"fd00:10::/48\"]\n", "nat64.stateful.pool", "missing or empty");
+    bad("[nat64.stateful]\npool = [\"203.0.113.1\"]\n", "nat64.stateful.sources", "missing or empty");
+    bad(
+        "[nat64.stateful]\npool = [\"203.0.113.0/30\"]\nsources = [\"fd00:10::/48\"]\n",
+        "nat64.stateful.pool[0]",
+        "list addresses",
+    );
+    bad(
+        "[nat64.stateful]\npool = [\"203.0.113.1\", \"203.0.113.1\"]\nsources = [\"fd00::/8\"]\n",
+        "nat64.stateful.pool[1]",
+        "duplicate",
+    );
+    bad(
+        "[nat64]\neam = [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"203.0.113.0/24\" }]\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00::/8\"]\n",
+        "nat64.stateful.pool[0]",
+        "explicit address mapping of 203.0.113.0/24",
+    );
+    bad(&with("tcp_ports = \"0-100\"\n"), "nat64.stateful.tcp_ports", "expected 1 <= first");
+    bad(&with("tcp_ports = \"2000-1000\"\n"), "nat64.stateful.tcp_ports", "first <= last");
+    bad(&with("udp_ports = \"any\"\n"), "nat64.stateful.udp_ports", "not a range");
+    bad(&with("filtering = \"symmetric\"\n"), "nat64.stateful.filtering", "endpoint-independent, address-dependent");
+    bad(&with("udp_seconds = 0\n"), "nat64.stateful.udp_seconds", "out of range");
+    bad(&with("window = 1\n"), "nat64.stateful.window", "unknown key");
+    let five = "pool = [\"203.0.113.1\", \"203.0.113.2\", \"203.0.113.3\", \"203.0.113.4\", \"203.0.113.5\"]";
+    bad(
+        &format!("[nat64.stateful]\n{five}\nsources = [\"fd00::/8\"]\n"),
+        "nat64.stateful.tcp_ports",
+        "at most 262144 per protocol",
+    );
+}

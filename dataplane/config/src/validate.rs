@@ -50,7 +50,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
     }
 
-    if let Some(t) = v.section(root, "nat64", &["devices", "prefix", "eam", "translatable"])? {
+    if let Some(t) = v.section(root, "nat64", &["devices", "prefix", "eam", "translatable", "stateful"])? {
         if let Some(items) = v.strings(t, "nat64.devices")? {
             cfg.nat64.devices = v.devices("nat64.devices", &items)?;
         }
@@ -62,6 +62,9 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         }
         if let Some(items) = v.strings(t, "nat64.translatable")? {
             cfg.nat64.translatable = v.translatable("nat64.translatable", &items)?;
+        }
+        if let Some(value) = t.get("stateful") {
+            cfg.nat64.stateful = Some(v.nat64_stateful(value, &cfg.nat64)?);
         }
     }
 
@@ -325,6 +328,139 @@ impl Validator<'_> {
         }
         Ok(out)
     }
+}
+
+impl Validator<'_> {
+    /// `[nat64.stateful]`, checked against the stateless mappings in `nat64`
+    /// so that no pool address is also a destination of theirs.
+    fn nat64_stateful(&self, value: &Value, nat64: &Nat64) -> Result<Nat64Stateful> {
+        const PATH: &str = "nat64.stateful";
+        let Value::Table(t) = value else {
+            return Err(self.type_err(PATH, "a table", value));
+        };
+        self.known_keys(
+            t,
+            PATH,
+            &[
+                "pool",
+                "sources",
+                "tcp_ports",
+                "udp_ports",
+                "icmp_ids",
+                "filtering",
+                "udp_seconds",
+                "tcp_established_seconds",
+                "tcp_transitory_seconds",
+                "icmp_seconds",
+            ],
+        )?;
+        let pool_items = self.strings(t, "nat64.stateful.pool")?.unwrap_or_default();
+        if pool_items.is_empty() {
+            return Err(self.err("nat64.stateful.pool", "missing or empty; list the IPv4 addresses clients share"));
+        }
+        let max = v6node_abi::NAT64_POOL_MAX as usize;
+        if pool_items.len() > max {
+            return Err(self.err("nat64.stateful.pool", format!("{} addresses; at most {max} are supported", pool_items.len())));
+        }
+        let mut pool: Vec<Ipv4Addr> = Vec::with_capacity(pool_items.len());
+        for (i, s) in pool_items.iter().enumerate() {
+            let key = format!("nat64.stateful.pool[{i}]");
+            let addr: Ipv4Addr = s
+                .parse()
+                .map_err(|_| self.err(&key, format!("`{s}` is not an IPv4 address; list addresses, e.g. 203.0.113.1")))?;
+            if let Some(j) = pool.iter().position(|a| *a == addr) {
+                return Err(self.err(&key, format!("duplicate address {addr} (also item {j})")));
+            }
+            if let Some(eam) = nat64.eam.iter().find(|e| e.ipv4.contains(&addr)) {
+                return Err(self.err(&key, format!("{addr} is in the explicit address mapping of {}", eam.ipv4)));
+            }
+            if let Some(net) = nat64.translatable.iter().find(|n| n.contains(&addr)) {
+                return Err(self.err(&key, format!("{addr} is in nat64.translatable ({net})")));
+            }
+            pool.push(addr);
+        }
+        let source_items = self.strings(t, "nat64.stateful.sources")?.unwrap_or_default();
+        if source_items.is_empty() {
+            return Err(self.err("nat64.stateful.sources", "missing or empty; list the IPv6 prefixes that may use the pool"));
+        }
+        let max = v6node_abi::NAT64_SOURCES_MAX as usize;
+        if source_items.len() > max {
+            return Err(
+                self.err("nat64.stateful.sources", format!("{} prefixes; at most {max} are supported", source_items.len()))
+            );
+        }
+        let mut sources: Vec<Ipv6Net> = Vec::with_capacity(source_items.len());
+        for (i, s) in source_items.iter().enumerate() {
+            let key = format!("nat64.stateful.sources[{i}]");
+            let net = deny_prefix(s).map_err(|r| self.err(&key, r))?;
+            if let Some(j) = sources.iter().position(|n| *n == net) {
+                return Err(self.err(&key, format!("duplicate prefix {net} (also item {j})")));
+            }
+            sources.push(net);
+        }
+        let ports = |key: &str, lowest: u16| -> Result<PortRange> {
+            let path = format!("nat64.stateful.{key}");
+            let range = match self.string(t, &path)? {
+                Some(s) => port_range(s, lowest).map_err(|r| self.err(&path, r))?,
+                None => NAT64_PORTS_DEFAULT,
+            };
+            // Each protocol's free-port queue holds every address's range (abi.h).
+            let total = range.len() * pool.len();
+            let max = v6node_abi::NAT64_PORTS_MAX as usize;
+            if total > max {
+                return Err(self.err(
+                    &path,
+                    format!(
+                        "{} addresses x {} ports = {total}; at most {max} per protocol are supported",
+                        pool.len(),
+                        range.len()
+                    ),
+                ));
+            }
+            Ok(range)
+        };
+        let tcp_ports = ports("tcp_ports", 1)?;
+        let udp_ports = ports("udp_ports", 1)?;
+        let icmp_ids = ports("icmp_ids", 0)?;
+        let filtering = match self.string(t, "nat64.stateful.filtering")? {
+            Some(s) => s.parse().map_err(|r| self.err("nat64.stateful.filtering", r))?,
+            None => Nat64Filtering::default(),
+        };
+        let seconds = |key: &str, default: u32| -> Result<u32> {
+            let path = format!("nat64.stateful.{key}");
+            match self.integer(t, &path)? {
+                None => Ok(default),
+                Some(n) => u32::try_from(n)
+                    .ok()
+                    .filter(|n| (1..=86400 * 7).contains(n))
+                    .ok_or_else(|| self.err(&path, format!("{n} is out of range; expected 1..={} seconds", 86400 * 7))),
+            }
+        };
+        Ok(Nat64Stateful {
+            pool,
+            sources,
+            tcp_ports,
+            udp_ports,
+            icmp_ids,
+            filtering,
+            udp_seconds: seconds("udp_seconds", NAT64_UDP_SECONDS)?,
+            tcp_established_seconds: seconds("tcp_established_seconds", NAT64_TCP_ESTABLISHED_SECONDS)?,
+            tcp_transitory_seconds: seconds("tcp_transitory_seconds", NAT64_TCP_TRANSITORY_SECONDS)?,
+            icmp_seconds: seconds("icmp_seconds", NAT64_ICMP_SECONDS)?,
+        })
+    }
+}
+
+/// `first-last`, with first at least `lowest`.
+fn port_range(s: &str, lowest: u16) -> std::result::Result<PortRange, String> {
+    let expected = || format!("`{s}` is not a range; expected e.g. 1024-65535");
+    let (first, last) = s.split_once('-').ok_or_else(expected)?;
+    let first: u16 = first.trim().parse().map_err(|_| expected())?;
+    let last: u16 = last.trim().parse().map_err(|_| expected())?;
+    if first < lowest || first > last {
+        return Err(format!("{first}-{last}: expected {lowest} <= first <= last <= 65535"));
+    }
+    Ok(PortRange { first, last })
 }
 
 impl Validator<'_> {

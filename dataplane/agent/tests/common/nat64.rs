@@ -5,10 +5,10 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::{
-    maps::{lpm_trie::Key, HashMap, LpmTrie, MapData},
+    maps::{lpm_trie::Key, HashMap, LpmTrie, MapData, Queue},
     Ebpf,
 };
-use v6node_abi::{maps, Direction, EamValue, Nat64Config, Reason};
+use v6node_abi::{maps, CtKey, CtValue, Direction, EamValue, Nat64Config, Nat64PoolValue, Nat64Port, Reason};
 
 use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_program, PinDir, Run};
 
@@ -76,9 +76,18 @@ impl Xlat {
     }
 
     pub fn set_prefix(&mut self, prefix: Ipv6Addr, len: u8) {
+        self.update_config(|c| {
+            c.prefix = prefix.octets();
+            c.prefix_len = len;
+        });
+    }
+
+    fn update_config(&mut self, change: impl FnOnce(&mut Nat64Config)) {
         let mut map: HashMap<&mut MapData, u32, Nat64Config> =
             HashMap::try_from(self.ebpf.map_mut(maps::NAT64_CONFIG).unwrap()).unwrap();
-        map.insert(0, Nat64Config { prefix: prefix.octets(), prefix_len: len, pad: [0; 3] }, 0).unwrap();
+        let mut config = map.get(&0, 0).unwrap_or_default();
+        change(&mut config);
+        map.insert(0, config, 0).unwrap();
     }
 
     pub fn add_eam(&mut self, v6: Ipv6Addr, v6_len: u8, v4: Ipv4Addr, v4_len: u8) {
@@ -95,6 +104,50 @@ impl Xlat {
     pub fn add_translatable(&mut self, v4: Ipv4Addr, len: u8) {
         let mut table: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(self.ebpf.map_mut(maps::XLAT4).unwrap()).unwrap();
         table.insert(&Key::new(len.into(), v4.octets()), 1, 0).unwrap();
+    }
+
+    /// Stateful NAT64 for sources in `source`/`len`: the pool's addresses
+    /// with ports (and echo identifiers) `first..=last`, queued in order,
+    /// address by address; RFC 6146's lifetimes.
+    pub fn enable_stateful(&mut self, pool: &[Ipv4Addr], source: Ipv6Addr, len: u8, first: u16, last: u16, filtering: u32) {
+        self.update_config(|c| {
+            c.filtering = filtering as u8;
+            c.udp_seconds = 300;
+            c.tcp_established_seconds = 7440;
+            c.tcp_transitory_seconds = 240;
+            c.icmp_seconds = 60;
+        });
+        let mut sources: LpmTrie<&mut MapData, [u8; 16], u8> =
+            LpmTrie::try_from(self.ebpf.map_mut(maps::NAT64_SOURCES).unwrap()).unwrap();
+        sources.insert(&Key::new(len.into(), source.octets()), 1, 0).unwrap();
+        let mut table: HashMap<&mut MapData, u32, Nat64PoolValue> =
+            HashMap::try_from(self.ebpf.map_mut(maps::NAT64_POOL).unwrap()).unwrap();
+        for (index, addr) in pool.iter().enumerate() {
+            table.insert(u32::from_ne_bytes(addr.octets()), Nat64PoolValue { index: index as u32 }, 0).unwrap();
+        }
+        for queue in [maps::NAT64_FREE_TCP, maps::NAT64_FREE_UDP, maps::NAT64_FREE_ICMP] {
+            let mut queue: Queue<&mut MapData, Nat64Port> = Queue::try_from(self.ebpf.map_mut(queue).unwrap()).unwrap();
+            for addr in pool {
+                for port in first..=last {
+                    queue.push(Nat64Port { addr: addr.octets(), port: port.to_be(), pad: 0 }, 0).unwrap();
+                }
+            }
+        }
+    }
+
+    /// Every entry of the stateful NAT64 state table.
+    pub fn state(&self) -> Vec<(CtKey, CtValue)> {
+        let table: HashMap<&MapData, CtKey, CtValue> = HashMap::try_from(self.ebpf.map(maps::NAT64_STATE).unwrap()).unwrap();
+        table.iter().map(Result::unwrap).collect()
+    }
+
+    /// Moves an entry's last packet `seconds` into the past.
+    pub fn age(&mut self, key: &CtKey, seconds: u64) {
+        let mut table: HashMap<&mut MapData, CtKey, CtValue> =
+            HashMap::try_from(self.ebpf.map_mut(maps::NAT64_STATE).unwrap()).unwrap();
+        let mut value = table.get(key, 0).unwrap();
+        value.last_seen_ns -= seconds * 1_000_000_000;
+        table.insert(key, value, 0).unwrap();
     }
 
     /// Runs the program on `packet` as if it had arrived on `ifindex`.

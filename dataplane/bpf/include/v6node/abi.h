@@ -34,6 +34,11 @@ enum v6n_reason {
 	V6N_REASON_LB_TRACKED = 14,      /* a packet of a tracked connection, rewritten */
 	V6N_REASON_DROP_NAT_PORTS = 15,  /* no source port left to masquerade with */
 	V6N_REASON_DROP_DSR_REFUSED = 16, /* a frontend option for no frontend that sends here */
+	/* Stateful NAT64 (lib/nat64_state.h), under a V6N_DIRECTION_XLAT_*. */
+	V6N_REASON_DROP_POOL_EXHAUSTED = 17, /* no free port of the protocol left in the pool */
+	V6N_REASON_DROP_NO_BINDING = 18,     /* to a pool address and port no client holds */
+	V6N_REASON_DROP_FILTERED = 19,       /* address-dependent filtering: a server not yet contacted */
+	V6N_REASON_DROP_STATE_FULL = 20,     /* the state table has no room for a new binding */
 	V6N_REASON_COUNT
 };
 
@@ -78,7 +83,50 @@ struct v6n_deny_value {
 struct v6n_nat64_config {
 	__u8 prefix[16];  /* RFC 6052 prefix, host bits zero */
 	__u8 prefix_len;  /* 32, 40, 48, 56, 64 or 96 */
-	__u8 pad[3];
+	__u8 filtering;   /* stateful NAT64: V6N_NAT64_FILTER_* */
+	__u8 pad[2];
+	/* Stateful NAT64: how long a binding outlives its last packet (RFC 6146
+	 * 4's defaults are the config's). */
+	__u32 udp_seconds;
+	__u32 tcp_established_seconds;
+	__u32 tcp_transitory_seconds; /* before the answer, and after a FIN or RST */
+	__u32 icmp_seconds;
+	__u32 pool_layout; /* the agent's: which pool the free-port queues hold */
+};
+
+/* RFC 4787 filtering of packets from IPv4 to a binding. */
+#define V6N_NAT64_FILTER_ENDPOINT_INDEPENDENT 0 /* from any server */
+#define V6N_NAT64_FILTER_ADDRESS_DEPENDENT 1    /* from the addresses the client sent to */
+
+/*
+ * Stateful NAT64 (RFC 6146, lib/nat64_state.h). An IPv6 client in
+ * v6n_nat64_src without a mapping of its own borrows a transport address
+ * of the pool: one binding per client address, port (ICMP: echo
+ * identifier) and protocol, whatever the server (endpoint-independent
+ * mapping). v6n_nat64_state holds, with the connection tracking's key and
+ * value types, three kinds of entry told apart by their zero address:
+ *   binding, client side: saddr client, daddr ::, sport client port;
+ *     value saddr pool (::ffff:a.b.c.d), sport pool port.
+ *   binding, pool side: saddr ::, daddr pool, dport pool port; value daddr
+ *     client, dport client port, last_seen_ns and flags: the binding's
+ *     lifetime lives here alone.
+ *   permit (address-dependent filtering): saddr server, daddr pool, dport
+ *     pool port; lives while its binding does.
+ * Protocols are IPv4's numbers (ICMP 1 for echo, both sides). The table is
+ * a plain hash, never LRU: nothing evicts half a binding; the agent removes
+ * expired bindings and returns their ports to the free queue of their
+ * protocol (v6n_nat64_free_tcp/_udp/_icmp), from which the program takes
+ * ports: a port search that finds one whenever one is free.
+ */
+struct v6n_nat64_port {
+	__u8 addr[4]; /* pool address */
+	__u16 port;   /* network byte order */
+	__u16 pad;
+};
+
+/* v6n_nat64_pool: the pool's addresses (key: the address, network order). */
+struct v6n_nat64_pool_value {
+	__u32 index; /* in nat64.stateful.pool, for status */
 };
 
 /* Keys of v6n_eam4, the IPv4 side of the explicit address mappings. */
@@ -259,6 +307,7 @@ struct v6n_ct_key {
 #define V6N_CT_REPLY 1   /* the reply direction of the connection */
 #define V6N_CT_CLOSING 2 /* a TCP FIN or RST was seen: a short lifetime */
 #define V6N_CT_DSR 4     /* to a backend on another node, which answers the client itself */
+#define V6N_CT_ESTABLISHED 8 /* stateful NAT64: a TCP binding answered from IPv4 */
 
 struct v6n_ct_value {
 	__u8 saddr[16]; /* rewritten to */
@@ -290,5 +339,9 @@ struct v6n_ct_value {
 #define V6N_EAM_MAX 65536
 #define V6N_XLAT4_MAX 1024 /* IPv4 ranges translated into the prefix (nat64.translatable) */
 #define V6N_DENY_SRC_MAX 262144
+#define V6N_NAT64_POOL_MAX 64
+#define V6N_NAT64_SOURCES_MAX 1024     /* IPv6 prefixes allowed to use the pool */
+#define V6N_NAT64_PORTS_MAX 262144     /* free-port queue per protocol: all addresses' ranges */
+#define V6N_NAT64_STATE_MAX 1048576    /* bindings take two entries, permits one */
 
 #endif /* V6NODE_ABI_H */

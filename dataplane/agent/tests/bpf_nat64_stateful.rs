@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Stateful NAT64 (RFC 6146, bpf/lib/nat64_state.h) through
+//! BPF_PROG_TEST_RUN, one scenario per rule: IPv6 clients without a mapping
+//! of their own borrow the pool's transport addresses, and the answers find
+//! their way back. Each test has its own network namespace and pins; the
+//! packets that come out are checked field by field, checksums included.
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use common::{nat64::*, packet::*, *};
+use v6node_abi::{
+    CtKey, Direction, Reason, CT_CLOSING, CT_ESTABLISHED, NAT64_FILTER_ADDRESS_DEPENDENT as ADDRESS_DEPENDENT,
+    NAT64_FILTER_ENDPOINT_INDEPENDENT as ENDPOINT_INDEPENDENT,
+};
+
+const D64: Direction = Direction::V6N_DIRECTION_XLAT_6TO4;
+const D46: Direction = Direction::V6N_DIRECTION_XLAT_4TO6;
+
+const CLIENT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0x100);
+const CLIENT2: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0x101);
+/// On the IPv6 side, outside the sources that may use the pool.
+const STRANGER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0x200);
+const POOL: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+const SERVER: Ipv4Addr = V4_HOST;
+const SERVER2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
+
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+const TCP_FIN_ACK: u8 = 0x11;
+
+/// The namespace and the translator with one pool address, ports (and echo
+/// identifiers) `first..=last` queued in order, for CLIENT and CLIENT2.
+fn gateway(test: &str, filtering: u32, first: u16, last: u16) -> (Net, Xlat) {
+    let net = Net::enter();
+    ip("neigh add 2001:db8:6::100 lladdr 02:00:00:00:06:64 dev v6 nud permanent");
+    ip("neigh add 2001:db8:6::101 lladdr 02:00:00:00:06:65 dev v6 nud permanent");
+    ip("neigh add 192.0.2.3 lladdr 02:00:00:00:04:03 dev v4 nud permanent");
+    let mut xlat = Xlat::load(test);
+    xlat.enable_stateful(&[POOL], CLIENT, 127, first, last, filtering);
+    (net, xlat)
+}
+
+/// An IPv4 host's IPv6 face under the well-known prefix.
+fn face(v4: Ipv4Addr) -> Ipv6Addr {
+    let o = v4.octets();
+    Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, u16::from_be_bytes([o[0], o[1]]), u16::from_be_bytes([o[2], o[3]]))
+}
+
+fn udp_out(client: Ipv6Addr, port: u16, server: Ipv4Addr) -> Vec<u8> {
+    ethernet(ETH_IPV6, &ipv6(client, face(server), 64, 17, &udp(port, 53, b"query"), Some(6)))
+}
+
+fn udp_in(server: Ipv4Addr, pool_port: u16) -> Vec<u8> {
+    ethernet(ETH_IPV4, &ipv4(server, POOL, 64, 17, 0, &udp(53, pool_port, b"answer"), Some(6)))
+}
+
+fn tcp_with(sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let mut segment = tcp(sport, dport, b"");
+    segment[13] = flags;
+    segment
+}
+
+fn tcp_out(port: u16, flags: u8) -> Vec<u8> {
+    ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 6, &tcp_with(port, 443, flags), Some(16)))
+}
+
+fn tcp_in(pool_port: u16, flags: u8) -> Vec<u8> {
+    ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 6, 0x4000, &tcp_with(443, pool_port, flags), Some(16)))
+}
+
+fn l3(frame: &[u8]) -> &[u8] {
+    &frame[14..]
+}
+
+/// (source, source port) of a translated IPv4 frame.
+fn v4_source(frame: &[u8]) -> (Ipv4Addr, u16) {
+    let ip = l3(frame);
+    (Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]), u16::from_be_bytes([ip[20], ip[21]]))
+}
+
+/// (destination, destination port) of a translated IPv6 frame.
+fn v6_destination(frame: &[u8]) -> (Ipv6Addr, u16) {
+    let ip = l3(frame);
+    let addr: [u8; 16] = ip[24..40].try_into().unwrap();
+    (addr.into(), u16::from_be_bytes([ip[42], ip[43]]))
+}
+
+/// Runs `frame` from the IPv6 side and returns the pool port it left with.
+fn bind(xlat: &Xlat, net: &Net, frame: &[u8]) -> u16 {
+    let run = xlat.run(frame, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "translated to the IPv4 side");
+    assert_well_formed(&run.packet);
+    let (source, port) = v4_source(&run.packet);
+    assert_eq!(source, POOL);
+    port
+}
+
+/// The pool side of the binding that holds `pool_port` (TCP or UDP).
+fn pool_side(proto: u8, pool_port: u16) -> CtKey {
+    CtKey { daddr: POOL.to_ipv6_mapped().octets(), dport: pool_port.to_be(), proto, ..CtKey::default() }
+}
+
+#[test]
+fn a_udp_client_borrows_a_pool_address_and_port_and_the_answer_comes_back() {
+    let (net, xlat) = gateway("udp", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let run = xlat.run(&udp_out(CLIENT, 40000, SERVER), net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    let out = &run.packet;
+    assert_eq!(&out[0..6], &V4_HOST_MAC);
+    assert_well_formed(out);
+    assert_eq!(v4_source(out), (POOL, 1024), "the first free port");
+    let ip = l3(out);
+    assert_eq!(&ip[16..20], &SERVER.octets());
+    assert_eq!(&ip[22..24], &53u16.to_be_bytes());
+    assert_eq!(&ip[28..], b"query");
+
+    let run = xlat.run(&udp_in(SERVER, 1024), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    let back = &run.packet;
+    assert_eq!(&back[12..14], &ETH_IPV6);
+    assert_well_formed(back);
+    assert_eq!(v6_destination(back), (CLIENT, 40000));
+    assert_eq!(&l3(back)[8..24], &face(SERVER).octets(), "from the server's IPv6 face");
+    assert_eq!(&l3(back)[48..], b"answer");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_XLAT_FORWARDED), 1);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_FORWARDED), 1);
+    assert_eq!(xlat.state().len(), 2, "a binding is two entries, its client side and its pool side");
+}
+
+#[test]
+fn one_client_port_keeps_one_pool_port_whatever_the_server() {
+    let (net, xlat) = gateway("eim", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let first = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER2)), first, "endpoint-independent mapping");
+    let other_port = bind(&xlat, &net, &udp_out(CLIENT, 40001, SERVER));
+    let other_client = bind(&xlat, &net, &udp_out(CLIENT2, 40000, SERVER));
+    assert!(other_port != first && other_client != first && other_port != other_client, "one binding each");
+    assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER)), first);
+}
+
+#[test]
+fn endpoint_independent_filtering_lets_any_server_answer_a_binding_and_nobody_else_in() {
+    let (net, xlat) = gateway("eif", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    let run = xlat.run(&udp_in(SERVER2, port), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "a server the client never sent to");
+    assert_eq!(v6_destination(&run.packet), (CLIENT, 40000));
+
+    let run = xlat.run(&udp_in(SERVER, port + 1), net.v4);
+    assert_eq!(run.verdict, TC_ACT_SHOT, "a pool port nobody holds");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}
+
+#[test]
+fn address_dependent_filtering_admits_only_servers_the_client_sent_to() {
+    let (net, xlat) = gateway("adf", ADDRESS_DEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    assert_eq!(xlat.run(&udp_in(SERVER, port), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(xlat.run(&udp_in(SERVER2, port), net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_FILTERED), 1);
+
+    assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER2)), port);
+    let run = xlat.run(&udp_in(SERVER2, port), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "contacted now");
+    assert_eq!(v6_destination(&run.packet), (CLIENT, 40000));
+    assert_eq!(xlat.state().len(), 4, "the binding's two sides and a permit per server");
+}
+
+#[test]
+fn tcp_binds_on_a_syn_and_times_the_binding_by_the_connections_state() {
+    let (net, mut xlat) = gateway("tcp", ENDPOINT_INDEPENDENT, 1024, 1031);
+    assert_eq!(xlat.run(&tcp_out(40000, TCP_ACK), net.v6).verdict, TC_ACT_SHOT, "no binding to a segment that opens nothing");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+
+    let port = bind(&xlat, &net, &tcp_out(40000, TCP_SYN));
+    let key = pool_side(6, port);
+    let flags = |xlat: &Xlat| xlat.state().into_iter().find(|(k, _)| *k == key).expect("the pool side").1.flags as u32;
+    assert_eq!(flags(&xlat) & (CT_ESTABLISHED | CT_CLOSING), 0, "transitory until the server answers");
+
+    let run = xlat.run(&tcp_in(port, TCP_SYN | TCP_ACK), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    assert_eq!(v6_destination(&run.packet), (CLIENT, 40000));
+    assert_eq!(flags(&xlat) & (CT_ESTABLISHED | CT_CLOSING), CT_ESTABLISHED);
+    // Established: 2 h 4 min. An hour of silence does not end it.
+    xlat.age(&key, 3600);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_FIN_ACK)), port);
+    assert_eq!(flags(&xlat) & CT_CLOSING, CT_CLOSING);
+    // Closing: transitory again, 4 min.
+    xlat.age(&key, 241);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}
+
+#[test]
+fn echo_identifiers_are_mapped_both_ways_with_checksums_mended() {
+    let (net, xlat) = gateway("echo", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let ping = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(128, 0, [0x12, 0x34, 0, 7], b"ping"), Some(2)));
+    let run = xlat.run(&ping, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet);
+    assert_eq!((ip[9], ip[20]), (1, 8), "an ICMP echo request");
+    assert_eq!(&ip[12..16], &POOL.octets());
+    assert_eq!(&ip[24..28], &[0x04, 0x00, 0, 7], "the pool's identifier 1024, the sequence kept");
+
+    let pong = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(0, 0, [0x04, 0x00, 0, 7], b"ping"), Some(2)));
+    let run = xlat.run(&pong, net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet);
+    assert_eq!((ip[6], ip[40]), (58, 129), "an ICMPv6 echo reply");
+    assert_eq!(&ip[24..40], &CLIENT.octets());
+    assert_eq!(&ip[44..48], &[0x12, 0x34, 0, 7], "the client's identifier");
+
+    let unasked = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(0, 0, [0x04, 0x01, 0, 7], b"ping"), Some(2)));
+    assert_eq!(xlat.run(&unasked, net.v4).verdict, TC_ACT_SHOT, "a reply to no request");
+}
+
+#[test]
+fn an_exhausted_pool_refuses_new_flows_counted_and_keeps_the_old_ones() {
+    let (net, xlat) = gateway("exhaust", ENDPOINT_INDEPENDENT, 2000, 2002);
+    let ports: Vec<u16> = (0..3).map(|i| bind(&xlat, &net, &udp_out(CLIENT, 40000 + i, SERVER))).collect();
+    assert_eq!(ports, [2000, 2001, 2002]);
+    assert_eq!(xlat.run(&udp_out(CLIENT, 40003, SERVER), net.v6).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_POOL_EXHAUSTED), 1);
+    for (i, port) in ports.iter().enumerate() {
+        assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40000 + i as u16, SERVER)), *port, "existing flows untouched");
+        let run = xlat.run(&udp_in(SERVER, *port), net.v4);
+        assert_eq!(v6_destination(&run.packet), (CLIENT, 40000 + i as u16));
+    }
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_POOL_EXHAUSTED), 1);
+}
+
+#[test]
+fn an_expired_binding_is_never_revived_and_its_port_waits_for_the_sweep() {
+    let (net, mut xlat) = gateway("expiry", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    xlat.age(&pool_side(17, port), 301);
+    assert_eq!(xlat.run(&udp_in(SERVER, port), net.v4).verdict, TC_ACT_SHOT, "UDP lives 5 min");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+    let again = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    assert_ne!(again, port, "a new binding, from the queue: the old port is the sweep's to give back");
+    assert_eq!(xlat.run(&udp_in(SERVER, again), net.v4).verdict, TC_ACT_REDIRECT);
+}
+
+#[test]
+fn sources_outside_the_pools_prefixes_stay_unmapped() {
+    let (net, xlat) = gateway("stranger", ENDPOINT_INDEPENDENT, 1024, 1031);
+    assert_eq!(xlat.run(&udp_out(STRANGER, 40000, SERVER), net.v6).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_UNMAPPED), 1);
+    assert!(xlat.state().is_empty());
+    // The mapped host keeps its stateless mapping, and its own address.
+    let run = xlat.run(&udp_out(V6_HOST, 40000, SERVER), net.v6);
+    assert_eq!(v4_source(&run.packet), (V6_HOST_AS_V4, 40000));
+}

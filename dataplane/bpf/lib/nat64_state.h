@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Stateful NAT64 (RFC 6146) in front of the stateless translator (layout of
+ * the state in abi.h). Outbound, a client's source port (or echo
+ * identifier) is rewritten to its binding's pool port and the translator
+ * is handed the pool address as the IPv4 source; inbound, the pool port is
+ * rewritten back and the translator is handed the client as the IPv6
+ * destination. The translator's checksum updates then cover the addresses,
+ * these helpers the ports.
+ */
+#ifndef V6NODE_LIB_NAT64_STATE_H
+#define V6NODE_LIB_NAT64_STATE_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include "icmp.h"
+#include <linux/icmpv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include <v6node/abi.h>
+
+#include "ct.h"
+#include "nat64.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_NAT64_STATE_MAX);
+	/* Grows with use: a gateway that translates little pays little. */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6n_ct_key);
+	__type(value, struct v6n_ct_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_nat64_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, V6N_NAT64_SOURCES_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6n_lpm6_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_nat64_src SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_NAT64_POOL_MAX);
+	__type(key, __be32);
+	__type(value, struct v6n_nat64_pool_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_nat64_pool SEC(".maps");
+
+#define V6N_NAT64_FREE_PORTS(name)                                   \
+	struct {                                                     \
+		__uint(type, BPF_MAP_TYPE_QUEUE);                    \
+		__uint(max_entries, V6N_NAT64_PORTS_MAX);            \
+		__type(value, struct v6n_nat64_port);                \
+		__uint(pinning, LIBBPF_PIN_BY_NAME);                 \
+	} name SEC(".maps")
+
+V6N_NAT64_FREE_PORTS(v6n_nat64_free_tcp);
+V6N_NAT64_FREE_PORTS(v6n_nat64_free_udp);
+V6N_NAT64_FREE_PORTS(v6n_nat64_free_icmp);
+
+/* Ports popped that turn out to be held (returned twice) are skipped; a
+ * handful of tries covers any such leftovers of a pool change. */
+#define V6N_NAT64_BIND_TRIES 4
+
+/* The transport fields of a packet the stateful path rewrites. */
+struct v6n_nat64_l4 {
+	__u32 port_offset; /* the client's port (outbound: source; inbound: destination) or echo id */
+	__u32 csum_offset;
+	__be16 port;
+	__u8 proto;        /* IPv4's number: TCP, UDP, ICMP */
+	__u8 tcp_flags;
+	__u8 may_bind;     /* outbound: a TCP SYN, a UDP datagram, an echo request */
+	__u8 is_udp;
+	__u8 pad[2];
+};
+
+/* Per-CPU room for the stateful path's keys and values, which would not
+ * fit the BPF stack beside the translator's own headers. */
+struct v6n_nat64_scratch {
+	struct v6n_ct_key client_key;
+	struct v6n_ct_key pool_key;
+	struct v6n_ct_value value;
+	struct v6n_nat64_l4 l4;
+	struct v6n_nat64_port port;
+	__u8 l4_header[16]; /* the transport header's first bytes */
+	__be32 ipv4_addrs[2]; /* inbound: the server, the pool address */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6n_nat64_scratch);
+} v6n_nat64_scratch SEC(".maps");
+
+/* The transport offset and protocol, in one argument (BPF functions take
+ * five). */
+#define V6N_NAT64_L4(offset, protocol) (((__u32)(offset) << 8) | (protocol))
+
+/* The source may borrow from the pool (nat64.stateful.sources). */
+static __always_inline int v6n_nat64_may_use_pool(const struct in6_addr *addr)
+{
+	struct v6n_lpm6_key key = { .prefixlen = 128 };
+
+	__builtin_memcpy(key.addr, addr, 16);
+	return bpf_map_lookup_elem(&v6n_nat64_src, &key) != NULL;
+}
+
+static __always_inline int v6n_nat64_is_pool(__be32 addr)
+{
+	return bpf_map_lookup_elem(&v6n_nat64_pool, &addr) != NULL;
+}
+
+/* ::ffff:a.b.c.d, how IPv4 addresses sit in the state table's keys. */
+static __always_inline void v6n_v4mapped(__u8 out[16], const __u8 addr[4])
+{
+	__builtin_memset(out, 0, 10);
+	out[10] = 0xff;
+	out[11] = 0xff;
+	__builtin_memcpy(out + 12, addr, 4);
+}
+
+/* The key of a binding's pool side; `pool` is the IPv4 address. */
+static __always_inline void v6n_nat64_pool_key(struct v6n_ct_key *key, const __u8 pool[4], __be16 port, __u8 proto)
+{
+	__builtin_memset(key, 0, sizeof(*key));
+	v6n_v4mapped(key->daddr, pool);
+	key->dport = port;
+	key->proto = proto;
+}
+
+static __always_inline __u64 v6n_nat64_lifetime_ns(const struct v6n_nat64_config *cfg, const struct v6n_ct_value *binding,
+						   __u8 proto)
+{
+	__u32 seconds = cfg->icmp_seconds;
+
+	if (proto == IPPROTO_TCP)
+		seconds = (binding->flags & (V6N_CT_ESTABLISHED | V6N_CT_CLOSING)) == V6N_CT_ESTABLISHED
+				  ? cfg->tcp_established_seconds
+				  : cfg->tcp_transitory_seconds;
+	else if (proto == IPPROTO_UDP)
+		seconds = cfg->udp_seconds;
+	return seconds * V6N_NS_PER_SECOND;
+}
+
+/* The pool side of a binding, if it is live: an expired one is never
+ * brought back, so the agent may remove what it finds expired. */
+static __always_inline struct v6n_ct_value *v6n_nat64_live(const struct v6n_nat64_config *cfg, const struct v6n_ct_key *key,
+							   __u64 now)
+{
+	struct v6n_ct_value *binding = bpf_map_lookup_elem(&v6n_nat64_state, key);
+
+	if (!binding || now - binding->last_seen_ns > v6n_nat64_lifetime_ns(cfg, binding, key->proto))
+		return NULL;
+	return binding;
+}
+
+/* Notes a packet of the binding: its time and the TCP state RFC 6146 3.5.2
+ * times it by (answered: established; a FIN or RST: transitory again; a new
+ * SYN on the same port: a new connection). */
+static __always_inline void v6n_nat64_touch(struct v6n_ct_value *binding, const struct v6n_nat64_l4 *l4, int inbound,
+					    __u64 now)
+{
+	__u8 flags = binding->flags;
+
+	if (l4->proto == IPPROTO_TCP) {
+		if ((l4->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN && !inbound)
+			flags &= ~(V6N_CT_ESTABLISHED | V6N_CT_CLOSING);
+		if (inbound)
+			flags |= V6N_CT_ESTABLISHED;
+		if (l4->tcp_flags & (V6N_TCP_FIN | V6N_TCP_RST))
+			flags |= V6N_CT_CLOSING;
+	}
+	if (flags != binding->flags)
+		binding->flags = flags;
+	if (now - binding->last_seen_ns > V6N_CT_TOUCH_NS)
+		binding->last_seen_ns = now;
+}
+
+/*
+ * Reads the transport fields of a TCP, UDP or ICMP echo packet at l4_offset;
+ * `nexthdr` is the packet's own protocol number (ICMPv6 outbound, ICMP
+ * inbound). Returns 0 or a drop reason.
+ */
+static __always_inline int v6n_nat64_read_l4(struct __sk_buff *skb, __u8 nexthdr, __u32 l4_offset, int inbound,
+					     struct v6n_nat64_l4 *l4, __u8 *h)
+{
+	__builtin_memset(l4, 0, sizeof(*l4));
+	l4->port_offset = l4_offset + (inbound ? 2 : 0);
+	if (nexthdr == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, l4_offset, h, 14) < 0)
+			return V6N_REASON_DROP_MALFORMED;
+		l4->proto = IPPROTO_TCP;
+		l4->tcp_flags = h[13];
+		l4->may_bind = (h[13] & (V6N_TCP_SYN | V6N_TCP_ACK | V6N_TCP_RST)) == V6N_TCP_SYN;
+		l4->csum_offset = l4_offset + 16;
+	} else if (nexthdr == IPPROTO_UDP) {
+		if (bpf_skb_load_bytes(skb, l4_offset, h, 8) < 0)
+			return V6N_REASON_DROP_MALFORMED;
+		l4->proto = IPPROTO_UDP;
+		l4->may_bind = 1;
+		l4->is_udp = 1;
+		l4->csum_offset = l4_offset + 6;
+	} else if (nexthdr == IPPROTO_ICMPV6 || nexthdr == IPPROTO_ICMP) {
+		if (bpf_skb_load_bytes(skb, l4_offset, h, 8) < 0)
+			return V6N_REASON_DROP_MALFORMED;
+		__u8 request = nexthdr == IPPROTO_ICMPV6 ? ICMPV6_ECHO_REQUEST : ICMP_ECHO;
+		__u8 reply = nexthdr == IPPROTO_ICMPV6 ? ICMPV6_ECHO_REPLY : ICMP_ECHOREPLY;
+
+		if (h[0] != request && h[0] != reply)
+			return V6N_REASON_DROP_UNTRANSLATABLE; /* errors and the rest: no session to speak of */
+		l4->proto = IPPROTO_ICMP;
+		l4->may_bind = h[0] == request && !inbound;
+		l4->port_offset = l4_offset + 4; /* the identifier, both ways */
+		l4->csum_offset = l4_offset + 2;
+		__builtin_memcpy(&l4->port, h + 4, 2);
+		return 0;
+	} else {
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	}
+	__builtin_memcpy(&l4->port, h + (inbound ? 2 : 0), 2);
+	return 0;
+}
+
+/* Writes the client's or the pool's port in place of the other. The
+ * address change is the translator's to sum in. */
+static __always_inline int v6n_nat64_write_port(struct __sk_buff *skb, const struct v6n_nat64_l4 *l4, __be16 port)
+{
+	if (port == l4->port)
+		return 0;
+	if (bpf_l4_csum_replace(skb, l4->csum_offset, l4->port, port,
+				sizeof(port) | (l4->is_udp ? BPF_F_MARK_MANGLED_0 : 0)) < 0 ||
+	    bpf_skb_store_bytes(skb, l4->port_offset, &port, sizeof(port), 0) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	return 0;
+}
+
+static __always_inline long v6n_nat64_take_port(__u8 proto, struct v6n_nat64_port *port)
+{
+	if (proto == IPPROTO_TCP)
+		return bpf_map_pop_elem(&v6n_nat64_free_tcp, port);
+	if (proto == IPPROTO_UDP)
+		return bpf_map_pop_elem(&v6n_nat64_free_udp, port);
+	return bpf_map_pop_elem(&v6n_nat64_free_icmp, port);
+}
+
+static __always_inline void v6n_nat64_give_back_port(__u8 proto, const struct v6n_nat64_port *port)
+{
+	if (proto == IPPROTO_TCP)
+		bpf_map_push_elem(&v6n_nat64_free_tcp, port, 0);
+	else if (proto == IPPROTO_UDP)
+		bpf_map_push_elem(&v6n_nat64_free_udp, port, 0);
+	else
+		bpf_map_push_elem(&v6n_nat64_free_icmp, port, 0);
+}
+
+/*
+ * A new binding for the client `client_key` names: a free pool port, its
+ * pool side written first (so that a client side never names nothing).
+ * Returns 0 or a drop reason, with the pool side's key in pool_key.
+ */
+static __always_inline int v6n_nat64_bind(struct v6n_nat64_scratch *s, __u64 now)
+{
+	const struct v6n_ct_key *client_key = &s->client_key;
+	struct v6n_ct_value *value = &s->value;
+	int i;
+
+	__builtin_memset(value, 0, sizeof(*value));
+	__builtin_memcpy(value->daddr, client_key->saddr, 16);
+	value->dport = client_key->sport;
+	value->last_seen_ns = now;
+	value->flags = V6N_CT_REPLY;
+	for (i = 0; i < V6N_NAT64_BIND_TRIES; i++) {
+		if (v6n_nat64_take_port(client_key->proto, &s->port) < 0)
+			return V6N_REASON_DROP_POOL_EXHAUSTED;
+		v6n_nat64_pool_key(&s->pool_key, s->port.addr, s->port.port, client_key->proto);
+		long err = bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, value, BPF_NOEXIST);
+		if (err == 0)
+			break;
+		if (err != -17 /* EEXIST: still held, the agent returns it when it expires */) {
+			v6n_nat64_give_back_port(client_key->proto, &s->port);
+			return V6N_REASON_DROP_STATE_FULL;
+		}
+	}
+	if (i == V6N_NAT64_BIND_TRIES)
+		return V6N_REASON_DROP_POOL_EXHAUSTED;
+
+	__builtin_memset(value, 0, sizeof(*value));
+	v6n_v4mapped(value->saddr, s->port.addr);
+	value->sport = s->port.port;
+	if (bpf_map_update_elem(&v6n_nat64_state, client_key, value, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&v6n_nat64_state, &s->pool_key);
+		v6n_nat64_give_back_port(client_key->proto, &s->port);
+		return V6N_REASON_DROP_STATE_FULL;
+	}
+	return 0;
+}
+
+/*
+ * IPv6 client -> IPv4 server: finds or makes the client's binding and
+ * writes its pool port into the packet. `l4` is V6N_NAT64_L4(offset, the
+ * packet's protocol). Returns the pool address (a non-negative value), or a
+ * drop reason negated. Out of line, with its keys in per-CPU scratch: the
+ * translator's stack is full.
+ */
+static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct in6_addr *client, __be32 server, __u32 l4)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	__u64 now = bpf_ktime_get_ns();
+	int reason;
+
+	if (!cfg || !s)
+		return -V6N_REASON_DROP_UNMAPPED;
+	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 0, &s->l4, s->l4_header);
+	if (reason)
+		return -reason;
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	__builtin_memcpy(s->client_key.saddr, client, 16);
+	s->client_key.sport = s->l4.port;
+	s->client_key.proto = s->l4.proto;
+
+	struct v6n_ct_value *binding = NULL;
+	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key);
+	if (out) {
+		v6n_nat64_pool_key(&s->pool_key, out->saddr + 12, out->sport, s->l4.proto);
+		binding = v6n_nat64_live(cfg, &s->pool_key, now);
+		/* A pool side that names another client: this side is stale. */
+		if (binding && (binding->dport != s->l4.port || !v6n_bytes_eq(binding->daddr, s->client_key.saddr, 16)))
+			binding = NULL;
+	}
+	if (!binding) {
+		if (!s->l4.may_bind)
+			return -V6N_REASON_DROP_NO_BINDING;
+		reason = v6n_nat64_bind(s, now);
+		if (reason)
+			return -reason;
+		binding = bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key);
+		if (!binding)
+			return -V6N_REASON_DROP_STATE_FULL;
+	}
+	v6n_nat64_touch(binding, &s->l4, 0, now);
+	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
+		/* The permit's key: the binding's pool side, from the server. */
+		v6n_v4mapped(s->pool_key.saddr, (const __u8 *)&server);
+		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key)) {
+			__builtin_memset(&s->value, 0, sizeof(s->value));
+			if (bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, &s->value, BPF_NOEXIST) < 0 &&
+			    !bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key))
+				return -V6N_REASON_DROP_STATE_FULL;
+		}
+	}
+	reason = v6n_nat64_write_port(skb, &s->l4, s->pool_key.dport);
+	if (reason)
+		return -reason;
+	__be32 pool;
+	__builtin_memcpy(&pool, s->pool_key.daddr + 12, 4);
+	return (__s64)(__u32)pool;
+}
+
+/*
+ * IPv4 server -> pool address: the binding's client becomes *client and
+ * its port goes back into the packet. `l4` as for v6n_nat64_outbound; the
+ * addresses are read from the packet, which keeps this frame small enough
+ * to sit under the translator's largest.
+ * Returns 0 or the reason to drop.
+ */
+static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct in6_addr *client)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	__u64 now = bpf_ktime_get_ns();
+	int reason;
+
+	if (!cfg || !s)
+		return V6N_REASON_DROP_NO_BINDING;
+	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET + 12, s->ipv4_addrs, 8) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 1, &s->l4, s->l4_header);
+	if (reason)
+		return reason;
+	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&s->ipv4_addrs[1], s->l4.port, s->l4.proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, now);
+	if (!binding)
+		return V6N_REASON_DROP_NO_BINDING;
+	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
+		v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
+		__builtin_memcpy(s->client_key.daddr, s->pool_key.daddr, 16);
+		s->client_key.sport = 0;
+		s->client_key.dport = s->pool_key.dport;
+		s->client_key.proto = s->pool_key.proto;
+		s->client_key.pad[0] = s->client_key.pad[1] = s->client_key.pad[2] = 0;
+		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key))
+			return V6N_REASON_DROP_FILTERED;
+	}
+	__builtin_memcpy(client, binding->daddr, 16);
+	v6n_nat64_touch(binding, &s->l4, 1, now);
+	return v6n_nat64_write_port(skb, &s->l4, binding->dport);
+}
+
+#endif /* V6NODE_LIB_NAT64_STATE_H */
