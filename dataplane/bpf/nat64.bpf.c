@@ -103,6 +103,15 @@ struct v6n_icmp_scratch {
 	/* An ICMPv4 error's mapped destination, from v6n_4to6 (which chose to
 	 * translate by it) to v6n_4to6_icmp_error, whose stack is full. */
 	struct in6_addr error_daddr;
+	/* Stateful NAT64: where in the quote's transport header the port (echo
+	 * identifier) of one side of the binding sits, plus one (0: nothing to
+	 * replace), and the other side's that replaces it; likewise the
+	 * address: the client for an ICMPv4 error, the pool address for an
+	 * ICMPv6 one. */
+	__u8 error_port_at;
+	__be16 error_port;
+	struct in6_addr error_client;
+	__be32 error_pool;
 };
 
 struct {
@@ -115,6 +124,71 @@ struct {
 static __always_inline int v6n_is_icmp6_error(__u8 type)
 {
 	return type < 128;
+}
+
+/*
+ * Stateful NAT64: the quoted transport header `l4` (its first 8 bytes, in
+ * the error's new version) as the other side of the binding sees it: `port`
+ * at `at`, with the checksum mended where the quote holds it (UDP, ICMP
+ * and ICMPv6; TCP's lies beyond).
+ */
+static __always_inline void v6n_nat64_quote_port(__u8 *l4, __u8 proto, __u32 at, __be16 port)
+{
+	__be32 before, after;
+
+	at &= 4 | 2; /* 0, 2 or 4: inside the 8 bytes */
+	__builtin_memcpy(&before, l4 + (at & 4), 4);
+	__builtin_memcpy(l4 + at, &port, 2);
+	__builtin_memcpy(&after, l4 + (at & 4), 4);
+	if (proto == IPPROTO_TCP)
+		return;
+	__u16 *check = (__u16 *)(l4 + (proto == IPPROTO_UDP ? 6 : 2));
+	if (proto == IPPROTO_UDP && !*check)
+		return; /* IPv4 UDP without a checksum */
+	*check = v6n_csum_update(*check, v6n_csum_diff(&before, 4, &after, 4));
+	if (!*check && proto == IPPROTO_UDP)
+		*check = 0xffff;
+}
+
+/*
+ * Stateful NAT64, an ICMPv6 error from a client (RFC 6146 3.5.3): about a
+ * packet its binding brought in, so the quote's destination port names the
+ * binding. The error leaves from the pool address (returned), the quote's
+ * destination becomes the pool's transport address. A drop reason is
+ * returned negated.
+ */
+static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!cfg || !error || !s)
+		return -V6N_REASON_DROP_UNMAPPED;
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	/* The client, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 8, s->client_key.saddr, 16) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, s->quote, V6N_IP6_HLEN + V6N_INNER_L4) < 0)
+		return -V6N_REASON_DROP_MALFORMED;
+	const struct ipv6hdr *inner = (const void *)s->quote;
+	__u8 proto = inner->nexthdr;
+	if (inner->version != 6 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP) ||
+	    !v6n_bytes_eq(inner->daddr.s6_addr, s->client_key.saddr, 16))
+		return -V6N_REASON_DROP_UNTRANSLATABLE;
+	__builtin_memcpy(&s->client_key.sport, s->quote + V6N_IP6_HLEN + 2, 2);
+	s->client_key.proto = proto;
+	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key);
+	if (!out)
+		return -V6N_REASON_DROP_NO_BINDING;
+	v6n_nat64_pool_key(&s->pool_key, out->saddr + 12, out->sport, proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, bpf_ktime_get_ns());
+	if (!binding || binding->dport != s->client_key.sport || !v6n_bytes_eq(binding->daddr, s->client_key.saddr, 16))
+		return -V6N_REASON_DROP_NO_BINDING;
+	__builtin_memcpy(&error->error_pool, s->pool_key.daddr + 12, 4);
+	error->error_port = s->pool_key.dport;
+	error->error_port_at = 2 + 1;
+	return (__s64)(__u32)error->error_pool;
 }
 
 /* --- IPv6 -> IPv4 --------------------------------------------------------------- */
@@ -251,8 +325,17 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 
 	if (!scratch || bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip6, sizeof(*ip6)) < 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-	/* v6n_6to4 checked both map before handing the packet over. */
-	if (v6n_map_6to4(cfg, &ip6->saddr, &saddr) < 0 || v6n_map_6to4(cfg, &ip6->daddr, &daddr) < 0)
+	/* v6n_6to4 checked both map, or the source may use the pool, before
+	 * handing the packet over. */
+	scratch->error_port_at = 0;
+	if (v6n_map_6to4(cfg, &ip6->saddr, &saddr) < 0) {
+		__s64 pool = v6n_nat64_outbound_error(skb);
+
+		if (pool < 0)
+			return V6N_DROP(-pool);
+		saddr = (__be32)pool;
+	}
+	if (v6n_map_6to4(cfg, &ip6->daddr, &daddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 	struct v6n_icmp6_error_in *in = &scratch->in6;
 	struct v6n_icmp4_error_out *out = &scratch->out4;
@@ -286,9 +369,9 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 		fib->ifindex = skb->ingress_ifindex;
 	}
 
-	__be32 inner_saddr, inner_daddr;
+	__be32 inner_saddr, inner_daddr = saddr; /* stateful: the pool address */
 	if (v6n_map_6to4(cfg, &in->inner.saddr, &inner_saddr) < 0 ||
-	    v6n_map_6to4(cfg, &in->inner.daddr, &inner_daddr) < 0)
+	    (!scratch->error_port_at && v6n_map_6to4(cfg, &in->inner.daddr, &inner_daddr) < 0))
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 
 	__u8 inner_proto = in->inner.nexthdr;
@@ -326,6 +409,8 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 	} else if (inner_proto == 0 || inner_proto == 43 || inner_proto == 44 || inner_proto == 60) {
 		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE); /* extension headers in the quote */
 	}
+	if (scratch->error_port_at)
+		v6n_nat64_quote_port(out->l4, inner_proto, scratch->error_port_at - 1, scratch->error_port);
 
 	__u32 inner_len = V6N_IP4_HLEN + bpf_ntohs(in->inner.payload_len);
 	v6n_ip4_from_ip6(&out->inner, &in->inner, NULL, inner_proto, inner_len, inner_saddr, inner_daddr);
@@ -459,11 +544,19 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 		 * a fragment (ports only in the first) is refused, not guessed at. */
 		if (fragmented)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
-		__s64 pool = v6n_nat64_outbound(skb, &ip6.saddr, daddr,
-						V6N_NAT64_L4(V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len, nexthdr));
-		if (pool < 0)
-			return V6N_DROP(-pool);
-		saddr = (__be32)pool;
+		__u8 type = 0;
+		if (nexthdr == IPPROTO_ICMPV6 &&
+		    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len, &type, 1) < 0)
+			return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+		/* An error's binding is the one of the packet it quotes, which
+		 * v6n_6to4_icmp_error finds. */
+		if (nexthdr != IPPROTO_ICMPV6 || !v6n_is_icmp6_error(type)) {
+			__s64 pool = v6n_nat64_outbound(skb, &ip6.saddr, daddr,
+							V6N_NAT64_L4(V6N_ETH_HLEN + V6N_IP6_HLEN + ext_len, nexthdr));
+			if (pool < 0)
+				return V6N_DROP(-pool);
+			saddr = (__be32)pool;
+		}
 	}
 
 	struct bpf_fib_lookup fib = { .ifindex = skb->ingress_ifindex };
@@ -702,6 +795,50 @@ static __always_inline __u32 v6n_ptb_mtu(struct __sk_buff *skb, struct bpf_fib_l
 	return mtu < V6N_IPV6_MIN_MTU ? V6N_IPV6_MIN_MTU : mtu;
 }
 
+/*
+ * Stateful NAT64, an ICMPv4 error to a pool address (RFC 6146 3.5.3): the
+ * binding is the one of the packet it quotes, which left from the pool. Its
+ * client becomes the error's destination and the quote's source, with its
+ * own port. Returns 0 or the reason to drop.
+ */
+static __noinline int v6n_nat64_inbound_error(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!cfg || !error || !s)
+		return V6N_REASON_DROP_NO_BINDING;
+	/* The outer destination, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 16, s->ipv4_addrs, 4) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + 8, s->quote, V6N_IP4_HLEN + V6N_INNER_L4) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	const struct iphdr *inner = (const void *)s->quote;
+	if (inner->version != 4 || inner->ihl != 5 || inner->saddr != s->ipv4_addrs[0])
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	__u8 proto = inner->protocol;
+	__u32 at = 0;
+	if (proto == IPPROTO_ICMP) {
+		if (s->quote[V6N_IP4_HLEN] != ICMP_ECHO)
+			return V6N_REASON_DROP_UNTRANSLATABLE;
+		at = 4;
+	} else if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	}
+	__be16 port;
+	__builtin_memcpy(&port, s->quote + V6N_IP4_HLEN + at, 2);
+	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&s->ipv4_addrs[0], port, proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, bpf_ktime_get_ns());
+	if (!binding)
+		return V6N_REASON_DROP_NO_BINDING;
+	__builtin_memcpy(&error->error_daddr, binding->daddr, 16);
+	__builtin_memcpy(&error->error_client, binding->daddr, 16);
+	error->error_port = binding->dport;
+	error->error_port_at = at + 1;
+	return 0;
+}
+
 /* ICMPv4 error -> ICMPv6 error with the quoted packet translated (RFC 7915 4.3). */
 static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 {
@@ -718,6 +855,13 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 	 * checked the source maps before handing the packet over. */
 	if (v6n_map_4to6(cfg, ip->saddr, saddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	scratch->error_port_at = 0;
+	if (v6n_nat64_is_pool(ip->daddr)) {
+		int reason = v6n_nat64_inbound_error(skb);
+
+		if (reason)
+			return V6N_DROP(reason);
+	}
 	*daddr = scratch->error_daddr;
 	struct v6n_icmp4_error_in *in = &scratch->in4;
 	struct v6n_icmp6_error_out *out = &scratch->out6;
@@ -740,6 +884,9 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 	struct in6_addr inner_saddr, inner_daddr;
 	if (v6n_map_4to6(cfg, in->inner.saddr, &inner_saddr) < 0 || v6n_map_4to6(cfg, in->inner.daddr, &inner_daddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+
+	if (scratch->error_port_at)
+		inner_saddr = scratch->error_client;
 
 	__u8 inner_proto = in->inner.protocol;
 	__u32 inner_plen = bpf_ntohs(in->inner.tot_len) - V6N_IP4_HLEN;
@@ -774,6 +921,8 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 		__u8 from[4] = { icmp->type, 0, 0, 0 };
 		icmp6->icmp6_cksum = v6n_csum_update(icmp->checksum, v6n_csum_diff(from, 4, &to, sizeof(to)));
 	}
+	if (scratch->error_port_at)
+		v6n_nat64_quote_port(out->l4, inner_proto, scratch->error_port_at - 1, scratch->error_port);
 	v6n_ip6_from_ip4(&out->inner, &in->inner, inner_proto, inner_plen, &inner_saddr, &inner_daddr);
 	out->inner.hop_limit = in->inner.ttl; /* quoted as it was when it failed */
 
@@ -896,8 +1045,8 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
 	}
 	/* Asked again rather than kept: this frame has not a byte to spare. */
-	if (v6n_nat64_is_pool(h.ip.daddr)) {
-		if (fragmented || is_error)
+	if (v6n_nat64_is_pool(h.ip.daddr) && !is_error) {
+		if (fragmented)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 		int reason = v6n_nat64_inbound(skb, V6N_NAT64_L4(l4_off, protocol), &daddr);
 		if (reason)
@@ -914,7 +1063,10 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 			if (!scratch)
 				return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-			scratch->error_daddr = daddr;
+			/* To the pool: v6n_4to6_icmp_error finds the destination
+			 * by the binding of the quoted packet. */
+			if (!v6n_nat64_is_pool(h.ip.daddr))
+				scratch->error_daddr = daddr;
 			return V6N_OUTCOME(V6N_ACT_XLAT_ICMP_ERROR, V6N_REASON_PASS);
 		}
 		if (v6n_icmp4_to_icmp6(&icmp, &icmp6) < 0)

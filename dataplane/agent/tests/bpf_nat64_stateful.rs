@@ -258,3 +258,68 @@ fn sources_outside_the_pools_prefixes_stay_unmapped() {
     let run = xlat.run(&udp_out(V6_HOST, 40000, SERVER), net.v6);
     assert_eq!(v4_source(&run.packet), (V6_HOST_AS_V4, 40000));
 }
+
+/// An ICMPv4 error from `from` to the pool about a UDP datagram that left
+/// from `pool_port` to the server, quoted whole.
+fn error_about_udp(from: Ipv4Addr, kind: u8, code: u8, rest: [u8; 4], pool_port: u16) -> Vec<u8> {
+    let quoted = ipv4(POOL, SERVER, 63, 17, 0, &udp(pool_port, 53, b"query"), Some(6));
+    ethernet(ETH_IPV4, &ipv4(from, POOL, 64, 1, 0, &icmp(kind, code, rest, &quoted), Some(2)))
+}
+
+#[test]
+fn icmp_errors_about_a_binding_reach_its_client_quoting_what_it_sent() {
+    let (net, xlat) = gateway("errors", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    let router = Ipv4Addr::new(198, 18, 0, 1);
+    for (from, kind, code, rest, want) in [
+        (SERVER, 3, 3, [0; 4], (1, 4)),             // port unreachable
+        (router, 3, 4, [0, 0, 0x05, 0x78], (2, 0)), // fragmentation needed, MTU 1400
+        (router, 11, 0, [0; 4], (3, 0)),            // time exceeded
+    ] {
+        let run = xlat.run(&error_about_udp(from, kind, code, rest, port), net.v4);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "ICMP {kind}/{code}");
+        let out = &run.packet;
+        assert_well_formed(out);
+        let ip = l3(out);
+        assert_eq!(&ip[24..40], &CLIENT.octets(), "to the binding's client");
+        assert_eq!(&ip[8..24], &face(from).octets());
+        assert_eq!((ip[40], ip[41]), want, "ICMPv6 type and code");
+        if kind == 3 && code == 4 {
+            assert_eq!(u32::from_be_bytes(ip[44..48].try_into().unwrap()), 1420, "1400 + 20");
+        }
+        let inner = &ip[48..];
+        assert_eq!(&inner[8..24], &CLIENT.octets(), "the quote's source is the client");
+        assert_eq!(&inner[24..40], &face(SERVER).octets());
+        let datagram = &inner[40..];
+        assert_eq!(&datagram[0..4], &[0x9c, 0x40, 0, 53], "the client's own port 40000");
+        let sum = pseudo6(&inner[8..24], &inner[24..40], 17, datagram.len()) + sum16(datagram);
+        assert_eq!(fold(sum), 0, "the quoted datagram's checksum, mended");
+    }
+    assert_eq!(xlat.run(&error_about_udp(router, 3, 3, [0; 4], port + 1), net.v4).verdict, TC_ACT_SHOT, "no binding");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}
+
+#[test]
+fn icmpv6_errors_from_a_client_leave_from_its_binding_quoting_what_the_server_sent() {
+    let (net, xlat) = gateway("errors6", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    // The server's answer came in, and the client's port was closed by then.
+    let quoted = ipv6(face(SERVER), CLIENT, 63, 17, &udp(53, 40000, b"answer"), Some(6));
+    let error = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(1, 4, [0; 4], &quoted), Some(2)));
+    let run = xlat.run(&error, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet);
+    assert_eq!((&ip[12..16], &ip[16..20]), (&POOL.octets()[..], &SERVER.octets()[..]), "from the pool address");
+    assert_eq!((ip[20], ip[21]), (3, 3), "port unreachable");
+    let inner = &ip[28..];
+    assert_eq!((&inner[12..16], &inner[16..20]), (&SERVER.octets()[..], &POOL.octets()[..]));
+    let datagram = &inner[20..];
+    assert_eq!(&datagram[0..4], &[0, 53, (port >> 8) as u8, port as u8], "to the pool's port");
+    assert_eq!(fold(pseudo4(&inner[12..16], &inner[16..20], 17, datagram.len()) + sum16(datagram)), 0);
+
+    let unbound = ipv6(face(SERVER), CLIENT, 63, 17, &udp(53, 40001, b"answer"), Some(6));
+    let error = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(1, 4, [0; 4], &unbound), Some(2)));
+    assert_eq!(xlat.run(&error, net.v6).verdict, TC_ACT_SHOT, "about no binding of the client's");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}

@@ -87,6 +87,7 @@ struct v6n_nat64_scratch {
 	struct v6n_nat64_port port;
 	__u8 l4_header[16]; /* the transport header's first bytes */
 	__be32 ipv4_addrs[2]; /* inbound: the server, the pool address */
+	__u8 quote[48];       /* an ICMP error's quoted header and 8 bytes */
 };
 
 struct {
