@@ -4,15 +4,25 @@
 //! translator promises: a packet is passed untouched (not its business),
 //! dropped and counted under a drop reason, or comes out well formed, with
 //! a valid IP header and, whenever the input's transport checksum was valid,
-//! a valid transport checksum. Deterministic: the seed is printed, and a
-//! failure prints the packet.
+//! a valid transport checksum. With stateful NAT64 on, also: no packet
+//! leaves with another flow's binding (each client transport address keeps
+//! one pool port, each pool port one client). Deterministic: the seed is
+//! printed, and a failure prints the packet.
 
 mod common;
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::{
+    collections::HashMap,
+    net::{Ipv4Addr, Ipv6Addr},
+};
 
 use common::{nat64::*, packet::*, *};
-use v6node_abi::Reason;
+use v6node_abi::{Reason, NAT64_FILTER_ENDPOINT_INDEPENDENT};
+
+/// Stateful NAT64's clients (2001:db8:6::100/126) and pool, with the
+/// ports it hands out: few, so that bindings are reused and run out.
+const POOL: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+const POOL_PORTS: (u16, u16) = (1024, 1039);
 
 /// Packets counted per reason, over every device and direction.
 fn by_reason(xlat: &Xlat) -> [u64; Reason::V6N_REASON_COUNT as usize] {
@@ -48,7 +58,8 @@ impl Rng {
 }
 
 fn v6_addr(rng: &mut Rng) -> Ipv6Addr {
-    match rng.below(6) {
+    match rng.below(7) {
+        6 => Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0x100 + rng.below(4) as u16),
         0 | 1 => V6_HOST,
         2 | 3 => V4_HOST_AS_V6,
         4 => Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, rng.next() as u16, rng.next() as u16),
@@ -57,11 +68,31 @@ fn v6_addr(rng: &mut Rng) -> Ipv6Addr {
 }
 
 fn v4_addr(rng: &mut Rng) -> Ipv4Addr {
-    match rng.below(5) {
+    match rng.below(6) {
+        5 => POOL,
         0 | 1 => V6_HOST_AS_V4,
         2 | 3 => V4_HOST,
         _ => Ipv4Addr::from(rng.next() as u32),
     }
+}
+
+/// A port: often one of a few (a flow seen again, a pool port), else any.
+fn port(rng: &mut Rng) -> u16 {
+    match rng.below(3) {
+        0 => 40000 + rng.below(4) as u16,
+        1 => POOL_PORTS.0 + rng.below(u64::from(POOL_PORTS.1 - POOL_PORTS.0 + 1)) as u16,
+        _ => rng.next() as u16,
+    }
+}
+
+/// A TCP segment with flags that open, answer, carry and close; from a
+/// client to port 80, or back.
+fn tcp_segment(rng: &mut Rng, to_server: bool) -> Vec<u8> {
+    let client = port(rng);
+    let (sport, dport) = if to_server { (client, 80) } else { (80, client) };
+    let mut segment = tcp(sport, dport, &payload(rng));
+    segment[13] = rng.pick(&[0x02, 0x12, 0x10, 0x18, 0x11, 0x04]);
+    segment
 }
 
 fn payload(rng: &mut Rng) -> Vec<u8> {
@@ -76,7 +107,8 @@ fn icmp_message(rng: &mut Rng, v6: bool, quote: &[u8]) -> Vec<u8> {
     } else {
         (rng.pick(&[0, 3, 4, 5, 8, 11, 12, 13, 17]), rng.below(16) as u8)
     };
-    let rest: [u8; 4] = rng.bytes(4).try_into().unwrap();
+    let mut rest: [u8; 4] = rng.bytes(4).try_into().unwrap();
+    rest[..2].copy_from_slice(&port(rng).to_be_bytes()); // an echo identifier
     icmp(kind, code, rest, if kind < 128 && kind != 0 && kind != 8 { quote } else { &quote[..quote.len().min(16)] })
 }
 
@@ -85,8 +117,8 @@ fn valid_ipv6(rng: &mut Rng) -> Vec<u8> {
     let (src, dst, hop) = (v6_addr(rng), v6_addr(rng), rng.pick(&[0, 1, 2, 64, 255]));
     let inner6 = ipv6(V4_HOST_AS_V6, V6_HOST, 63, 17, &udp(1, 2, &payload(rng)), Some(6));
     let l3 = match rng.below(6) {
-        0 => ipv6(src, dst, hop, 17, &udp(rng.next() as u16, 53, &payload(rng)), Some(6)),
-        1 => ipv6(src, dst, hop, 6, &tcp(rng.next() as u16, 80, &payload(rng)), Some(16)),
+        0 => ipv6(src, dst, hop, 17, &udp(port(rng), 53, &payload(rng)), Some(6)),
+        1 => ipv6(src, dst, hop, 6, &tcp_segment(rng, true), Some(16)),
         2 => ipv6(src, dst, hop, 58, &icmp_message(rng, true, &inner6), Some(2)),
         3 => {
             // A fragment: offset and M flag at random.
@@ -123,9 +155,9 @@ fn valid_ipv4(rng: &mut Rng) -> Vec<u8> {
     let inner = ipv4(V6_HOST_AS_V4, V4_HOST, 63, 17, 0x4000, &udp(1, 2, &payload(rng)), Some(6));
     let df = rng.pick(&[0u16, 0x4000]);
     let l3 = match rng.below(6) {
-        0 => ipv4(src, dst, ttl, 17, df, &udp(rng.next() as u16, 53, &payload(rng)), Some(6)),
-        1 => ipv4(src, dst, ttl, 17, df, &udp(rng.next() as u16, 53, &payload(rng)), None), // no checksum
-        2 => ipv4(src, dst, ttl, 6, df, &tcp(80, rng.next() as u16, &payload(rng)), Some(16)),
+        0 => ipv4(src, dst, ttl, 17, df, &udp(53, port(rng), &payload(rng)), Some(6)),
+        1 => ipv4(src, dst, ttl, 17, df, &udp(53, port(rng), &payload(rng)), None), // no checksum
+        2 => ipv4(src, dst, ttl, 6, df, &tcp_segment(rng, false), Some(16)),
         3 => ipv4(src, dst, ttl, 1, df, &icmp_message(rng, false, &inner), Some(2)),
         4 => {
             let frag = rng.pick(&[0x2000u16, 0x2000 | 8, 185, 0x4000]);
@@ -228,10 +260,75 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Stateful NAT64's bindings as the translated packets show them, checked
+/// one to one: (client, protocol, client port) <-> (protocol, pool port).
+#[derive(Default)]
+struct Bindings {
+    by_client: HashMap<(Ipv6Addr, u8, u16), u16>,
+    by_pool: HashMap<(u8, u16), (Ipv6Addr, u16)>,
+}
+
+/// The transport port (ICMP: echo identifier) at `l4`, by protocol: `at` 0
+/// for the source port, 2 for the destination.
+fn port_at(l3: &[u8], l4: usize, proto: u8, at: usize) -> Option<u16> {
+    let offset = match proto {
+        6 | 17 => l4 + at,
+        1 | 58 if matches!(l3.get(l4), Some(0 | 8 | 128 | 129)) => l4 + 4,
+        _ => return None,
+    };
+    Some(u16::from_be_bytes([*l3.get(offset)?, *l3.get(offset + 1)?]))
+}
+
+impl Bindings {
+    /// Notes what `input` became as `output`, if it went through a binding;
+    /// Err when that contradicts a binding seen before.
+    fn observe(&mut self, input: &[u8], output: &[u8]) -> Result<(), String> {
+        let (i, o) = (&input[14..], &output[14..]);
+        let (client, proto, client_port, pool_port) = match ([input[12], input[13]], [output[12], output[13]]) {
+            (ETH_IPV6, ETH_IPV4) if o.len() >= 28 && o[12..16] == POOL.octets() && i[6] != 44 => {
+                let proto = o[9];
+                let addr: [u8; 16] = i[8..24].try_into().unwrap();
+                let (Some(client_port), Some(pool_port)) = (port_at(i, 40, i[6], 0), port_at(o, 20, proto, 0)) else {
+                    return Ok(()); // an error, quoting
+                };
+                (Ipv6Addr::from(addr), proto, client_port, pool_port)
+            }
+            (ETH_IPV4, ETH_IPV6) if i.len() >= 28 && i[16..20] == POOL.octets() && o.len() >= 48 && o[6] != 44 => {
+                let proto = i[9];
+                let addr: [u8; 16] = o[24..40].try_into().unwrap();
+                let (Some(pool_port), Some(client_port)) = (port_at(i, 20, proto, 2), port_at(o, 40, o[6], 2)) else {
+                    return Ok(());
+                };
+                (Ipv6Addr::from(addr), proto, client_port, pool_port)
+            }
+            _ => return Ok(()),
+        };
+        let proto = if proto == 58 { 1 } else { proto };
+        if let Some(&held) = self.by_client.get(&(client, proto, client_port)) {
+            if held != pool_port {
+                return Err(format!("{client} port {client_port} had pool port {held}, now {pool_port}"));
+            }
+        }
+        if let Some(&(owner, owner_port)) = self.by_pool.get(&(proto, pool_port)) {
+            if (owner, owner_port) != (client, client_port) {
+                return Err(format!("pool port {pool_port} belongs to {owner} port {owner_port}, not {client} {client_port}"));
+            }
+        }
+        self.by_client.insert((client, proto, client_port), pool_port);
+        self.by_pool.insert((proto, pool_port), (client, client_port));
+        Ok(())
+    }
+}
+
 /// Runs `count` packets from `make` and checks the invariant for each.
-fn fuzz(name: &str, seed: u64, count: usize, mutate: bool) {
+fn fuzz(name: &str, seed: u64, count: usize, mutate: bool, stateful: bool) {
     let net = Net::enter();
-    let xlat = Xlat::load(name);
+    let mut xlat = Xlat::load(name);
+    let mut bindings = Bindings::default();
+    if stateful {
+        let client: Ipv6Addr = "2001:db8:6::100".parse().unwrap();
+        xlat.enable_stateful(&[POOL], client, 126, POOL_PORTS.0, POOL_PORTS.1, NAT64_FILTER_ENDPOINT_INDEPENDENT);
+    }
     let mut rng = Rng(seed);
     let (mut passed, mut dropped, mut translated, mut replied, mut skipped) = (0, 0, 0, 0, 0);
     let mut drops = std::collections::BTreeMap::new();
@@ -297,6 +394,7 @@ fn fuzz(name: &str, seed: u64, count: usize, mutate: bool) {
                     replied += 1;
                 } else {
                     assert!(!grew[0].is_drop(), "translated but counted {}; {}", grew[0].name(), context());
+                    bindings.observe(&packet, &run.packet).unwrap_or_else(|e| panic!("{e}; {}", context()));
                     translated += 1;
                 }
             }
@@ -305,8 +403,13 @@ fn fuzz(name: &str, seed: u64, count: usize, mutate: bool) {
     }
     eprintln!(
         "{name}: seed {seed:#x}, {count} packets: {passed} passed untouched, {translated} translated, \
-         {replied} answered with an ICMP error, {dropped} dropped {drops:?}, {skipped} refused by BPF_PROG_TEST_RUN"
+         {replied} answered with an ICMP error, {dropped} dropped {drops:?}, {skipped} refused by BPF_PROG_TEST_RUN, \
+         {} bindings seen",
+        bindings.by_client.len()
     );
+    if stateful && !mutate {
+        assert!(bindings.by_client.len() >= 16, "the pool's 16 ports per protocol should all have been seen in use");
+    }
     // Mutated version or length fields still make the kernel refuse a few.
     assert!(skipped * 20 < count, "too many frames refused by the kernel: {skipped}");
     assert!(translated > count / 20, "too few translated ({translated}): the generator is off");
@@ -314,10 +417,20 @@ fn fuzz(name: &str, seed: u64, count: usize, mutate: bool) {
 
 #[test]
 fn valid_packets_are_translated_well_formed_or_dropped_with_a_reason() {
-    fuzz("fuzzvalid", 0x7636_0001, 50_000, false);
+    fuzz("fuzzvalid", 0x7636_0001, 50_000, false, false);
 }
 
 #[test]
 fn mutated_packets_never_come_out_malformed() {
-    fuzz("fuzzmutated", 0x7636_0002, 50_000, true);
+    fuzz("fuzzmutated", 0x7636_0002, 50_000, true, false);
+}
+
+#[test]
+fn stateful_packets_come_out_well_formed_and_never_with_another_flows_binding() {
+    fuzz("fuzzstateful", 0x7636_0003, 50_000, false, true);
+}
+
+#[test]
+fn mutated_stateful_packets_never_come_out_malformed_or_with_another_flows_binding() {
+    fuzz("fuzzstatefulmut", 0x7636_0004, 50_000, true, true);
 }
