@@ -15,6 +15,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "lib/counters.h"
+#include "lib/ct.h"
 #include "lib/nat64.h"
 #include "lib/nat64_state.h"
 #include "lib/xlat.h"
@@ -189,6 +190,55 @@ static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
 	error->error_port = s->pool_key.dport;
 	error->error_port_at = 2 + 1;
 	return (__s64)(__u32)error->error_pool;
+}
+
+/*
+ * Stateful NAT64 hairpinning (RFC 6146 3.8): a client's packet to the pool
+ * address and port of another binding goes straight to that binding's
+ * client, from the sender's pool address (under the prefix) and port, as
+ * if it had gone out to IPv4 and come back. TCP and UDP; `pool_src` is the
+ * sender's pool address, `pool_dst` the one it sent to.
+ */
+static __noinline v6n_outcome v6n_nat64_hairpin(struct __sk_buff *skb, __be32 pool_src, __be32 pool_dst)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	struct v6n_flow flow;
+
+	if (!cfg || !s)
+		return V6N_DROP(V6N_REASON_DROP_NO_BINDING);
+	if (v6n_flow_of(skb, &flow) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&pool_dst, flow.key.dport, flow.key.proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, bpf_ktime_get_ns());
+	if (!binding)
+		return V6N_DROP(V6N_REASON_DROP_NO_BINDING);
+	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
+		v6n_v4mapped(s->pool_key.saddr, (const __u8 *)&pool_src);
+		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key))
+			return V6N_DROP(V6N_REASON_DROP_FILTERED);
+	}
+	struct v6n_ct_value *out = &s->value;
+	if (v6n_map_4to6(cfg, pool_src, (struct in6_addr *)out->saddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	__builtin_memcpy(out->daddr, binding->daddr, 16);
+	out->sport = flow.key.sport; /* the sender's pool port, written by v6n_nat64_outbound */
+	out->dport = binding->dport;
+	s->l4.proto = flow.key.proto;
+	s->l4.tcp_flags = flow.tcp_flags;
+	v6n_nat64_touch(binding, &s->l4, 1, bpf_ktime_get_ns());
+	if (v6n_ct_rewrite(skb, &flow, out) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_ETH_HLEN;
+	if ((void *)(ip6 + 1) > data_end)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	int action = v6n_route6(skb, ip6);
+	return V6N_OUTCOME(action == TC_ACT_UNSPEC ? TC_ACT_OK : action,
+			   action == TC_ACT_UNSPEC ? V6N_REASON_XLAT_TO_STACK : V6N_REASON_XLAT_FORWARDED);
 }
 
 /* --- IPv6 -> IPv4 --------------------------------------------------------------- */
@@ -556,6 +606,8 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 			if (pool < 0)
 				return V6N_DROP(-pool);
 			saddr = (__be32)pool;
+			if (v6n_nat64_is_pool(daddr))
+				return v6n_nat64_hairpin(skb, saddr, daddr);
 		}
 	}
 

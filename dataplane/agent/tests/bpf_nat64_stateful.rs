@@ -323,3 +323,31 @@ fn icmpv6_errors_from_a_client_leave_from_its_binding_quoting_what_the_server_se
     assert_eq!(xlat.run(&error, net.v6).verdict, TC_ACT_SHOT, "about no binding of the client's");
     assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_NO_BINDING), 1);
 }
+
+#[test]
+fn a_client_reaches_another_through_its_pool_address_hairpinned() {
+    let (net, xlat) = gateway("hairpin", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port2 = bind(&xlat, &net, &udp_out(CLIENT2, 40001, SERVER));
+    let to_pool = |from: Ipv6Addr, sport: u16, dport: u16| {
+        ethernet(ETH_IPV6, &ipv6(from, face(POOL), 64, 17, &udp(sport, dport, b"hairpin"), Some(6)))
+    };
+    let run = xlat.run(&to_pool(CLIENT, 40000, port2), net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    let out = &run.packet;
+    assert_eq!(&out[12..14], &ETH_IPV6, "IPv6 in, IPv6 out");
+    assert_eq!(&out[0..6], &[2, 0, 0, 0, 6, 0x65], "to CLIENT2's MAC");
+    assert_well_formed(out);
+    let ip = l3(out);
+    assert_eq!(&ip[8..24], &face(POOL).octets(), "from the sender's pool address");
+    assert_eq!(v6_destination(out), (CLIENT2, 40001));
+    assert_eq!(ip[7], 63, "routed: hop limit 64 -> 63");
+    let port1 = u16::from_be_bytes([ip[40], ip[41]]);
+    assert!(port1 != port2 && (1024..=1031).contains(&port1), "the sender's own binding");
+
+    let run = xlat.run(&to_pool(CLIENT2, 40001, port1), net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    assert_eq!(v6_destination(&run.packet), (CLIENT, 40000), "and back");
+    assert_eq!(u16::from_be_bytes([l3(&run.packet)[40], l3(&run.packet)[41]]), port2);
+    assert_eq!(xlat.run(&to_pool(CLIENT, 40000, 1031), net.v6).verdict, TC_ACT_SHOT, "a pool port nobody holds");
+}
