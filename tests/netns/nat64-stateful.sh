@@ -109,7 +109,7 @@ for i in 1 2 3; do
     pids+=($!)
 done
 opened() { for i in 1 2 3; do grep -qx 'open 400' "$work/tcp-$i" 2>/dev/null || return 1; done; }
-pass_if "three clients open 400 connections each, each echoing" retry 600 opened
+pass_if "three clients open 400 connections each, each echoing" retry 120 opened
 pass_if "the server sees 1,200 connections, all from 203.0.113.1" \
     test "$(awk '$1 == "203.0.113.1"' "$work/peers" | wc -l) $(wc -l <"$work/peers")" = "1200 1200"
 pass_if "...with 1,200 distinct ports" test "$(awk '{print $2}' "$work/peers" | sort -u | wc -l)" = 1200
@@ -121,11 +121,11 @@ agent_start
 pass_if "the agent restarts" test $? = 0
 touch "$work/go"
 alive() { for i in 1 2 3; do grep -qx 'open 400 alive 400' "$work/tcp-$i" 2>/dev/null || return 1; done; }
-pass_if "every one of the 1,200 connections still echoes after the restart" retry 600 alive
+pass_if "every one of the 1,200 connections still echoes after the restart" retry 120 alive
 nsenter --net="/run/netns/${clients[0]}" python3 "$here/nat64-flows.py" \
     tcp-clients "$server" 7000 100 "$work/go" "$work/tcp-new" &
 pids+=($!)
-pass_if "100 new connections after the restart" retry 600 grep -qx 'open 100 alive 100' "$work/tcp-new"
+pass_if "100 new connections after the restart" retry 120 grep -qx 'open 100 alive 100' "$work/tcp-new"
 pass_if "...on ports no earlier connection holds (1,300 distinct)" \
     test "$(awk '{print $2}' "$work/peers" | sort -u | wc -l) $(wc -l <"$work/peers")" = "1300 1300"
 

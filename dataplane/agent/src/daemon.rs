@@ -77,6 +77,9 @@ struct Daemon {
     /// EndpointSlice queues them here rather than at the helper's socket,
     /// which takes a few at once (MaxConnections=).
     ending: Arc<tokio::sync::Mutex<()>>,
+    /// A sweep over a large NAT64 state table waits ten times its own
+    /// length before the next: at most a tenth of a CPU.
+    nat64_sweep_after: Option<Instant>,
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -123,6 +126,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         cluster: None,
         services: ServiceTables::default(),
         ending: Arc::default(),
+        nat64_sweep_after: None,
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -300,7 +304,13 @@ impl Daemon {
         let Some(stateful) = nat64.stateful.as_ref().filter(|_| !nat64.devices.is_empty()) else {
             return;
         };
-        match nat64_state::sweep(&self.paths.pin_dir, stateful) {
+        if self.nat64_sweep_after.is_some_and(|after| Instant::now() < after) {
+            return;
+        }
+        let started = Instant::now();
+        let result = nat64_state::sweep(&self.paths.pin_dir, stateful);
+        self.nat64_sweep_after = Some(started + started.elapsed() * 10);
+        match result {
             Ok(swept) => self.update(|s| {
                 if let Some(n) = s.nat64.as_mut() {
                     let before = n.stateful.as_ref().map_or(0, |p| p.expired);

@@ -105,6 +105,94 @@ fn ipv4_of(mapped: &[u8; 16]) -> Ipv4Addr {
 
 const ZERO16: [u8; 16] = [0; 16];
 
+/// `union bpf_attr` as the BPF_MAP_*_BATCH commands read it.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+const BATCH: usize = 8192;
+
+/// The state table read and pruned in batches: aya's iterator and removals
+/// cost a system call or two per entry, which at a million entries is
+/// seconds of a CPU per sweep; a batch moves thousands.
+struct StateTable(MapData);
+
+impl StateTable {
+    fn open(pin_dir: &Path) -> Result<StateTable> {
+        let pin = pin_dir.join(maps::NAT64_STATE);
+        Ok(StateTable(MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?))
+    }
+
+    fn batch(&self, command: libc::c_long, attr: &mut BatchAttr) -> std::io::Result<()> {
+        use std::os::fd::{AsFd, AsRawFd};
+        attr.map_fd = self.0.fd().as_fd().as_raw_fd() as u32;
+        // SAFETY: attr and the buffers it points to outlive the call, sized
+        // for attr.count entries of the table's key and value types.
+        let rc = unsafe { libc::syscall(libc::SYS_bpf, command, attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>()) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn entries(&self) -> Result<Vec<(CtKey, CtValue)>> {
+        let mut keys = vec![CtKey::default(); BATCH];
+        let mut values = vec![CtValue::default(); BATCH];
+        let mut all = Vec::new();
+        let (mut token, mut next) = (0u32, 0u32);
+        let mut first = true;
+        loop {
+            let mut attr = BatchAttr {
+                in_batch: if first { 0 } else { &token as *const u32 as u64 },
+                out_batch: &mut next as *mut u32 as u64,
+                keys: keys.as_mut_ptr() as u64,
+                values: values.as_mut_ptr() as u64,
+                count: BATCH as u32,
+                ..BatchAttr::default()
+            };
+            let result = self.batch(BPF_MAP_LOOKUP_BATCH, &mut attr);
+            let got = attr.count as usize;
+            all.extend(keys[..got].iter().copied().zip(values[..got].iter().copied()));
+            match result {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(all),
+                Err(e) => return Err(e).context("reading the NAT64 state table"),
+            }
+            token = next;
+            first = false;
+        }
+    }
+
+    /// Removes `keys`; one already gone is skipped.
+    fn remove(&self, keys: &[CtKey]) -> Result<()> {
+        let mut rest = keys;
+        while !rest.is_empty() {
+            let take = rest.len().min(BATCH);
+            let mut attr = BatchAttr { keys: rest.as_ptr() as u64, count: take as u32, ..BatchAttr::default() };
+            let result = self.batch(BPF_MAP_DELETE_BATCH, &mut attr);
+            let done = attr.count as usize;
+            match result {
+                Ok(()) => rest = &rest[take..],
+                // Stopped at a key that is gone already: skip it.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => rest = &rest[(done + 1).min(rest.len())..],
+                Err(e) => return Err(e).context("removing from the NAT64 state table"),
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The three kinds of entry in the state table (abi.h).
 enum Entry {
     ClientSide,
@@ -168,11 +256,9 @@ pub fn sync(pin_dir: &Path, stateful: Option<&Nat64Stateful>) -> Result<Option<S
             for (_, _, queue) in PROTOCOLS {
                 drain(pin_dir, queue)?;
             }
-            let mut state: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_STATE)?;
-            let keys: Vec<CtKey> = state.keys().filter_map(Result::ok).collect();
-            for key in keys {
-                let _ = state.remove(&key);
-            }
+            let state = StateTable::open(pin_dir)?;
+            let keys: Vec<CtKey> = state.entries()?.into_iter().map(|(key, _)| key).collect();
+            state.remove(&keys)?;
             translator.pool_layout = 0;
             config.insert(0, translator, 0).context("writing the NAT64 config")?;
         }
@@ -203,11 +289,9 @@ fn drain(pin_dir: &Path, name: &str) -> Result<usize> {
 /// ranges no live binding holds, shuffled: ports are hard to guess (RFC
 /// 6056) and spread over the pool's addresses.
 fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
-    let state: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_STATE)?;
     let now = monotonic_ns();
     let mut held: HashSet<(u8, [u8; 16], u16)> = HashSet::new();
-    for entry in state.iter() {
-        let (key, value) = entry.context("reading the NAT64 state table")?;
+    for (key, value) in StateTable::open(pin_dir)?.entries()? {
         if matches!(kind(&key), Entry::PoolSide)
             && now.saturating_sub(value.last_seen_ns) <= lifetime_ns(stateful, key.proto, &value)
         {
@@ -241,19 +325,19 @@ fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
 /// Counts what is left, per pool address and protocol.
 pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> {
     let started = Instant::now();
-    let mut state: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_STATE)?;
+    let state = StateTable::open(pin_dir)?;
+    let mut lookup: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_STATE)?;
     let now = monotonic_ns();
     let mut pool_sides: HashMap<CtKey, CtValue> = HashMap::new();
     let mut client_sides: Vec<(CtKey, CtValue)> = Vec::new();
-    let mut permits: Vec<CtKey> = Vec::new();
-    for entry in state.iter() {
-        let Ok((key, value)) = entry else { continue }; // removed while read
+    let mut permits: Vec<(CtKey, CtValue)> = Vec::new();
+    for (key, value) in state.entries()? {
         match kind(&key) {
             Entry::PoolSide => {
                 pool_sides.insert(key, value);
             }
             Entry::ClientSide => client_sides.push((key, value)),
-            Entry::Permit => permits.push(key),
+            Entry::Permit => permits.push((key, value)),
         }
     }
     let expired: HashSet<CtKey> = pool_sides
@@ -262,21 +346,22 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
         .map(|(key, _)| *key)
         .collect();
     // Permits first: none may outlive its binding into the port's next one.
-    let mut permits_left = 0;
-    for permit in &permits {
+    // An entry made while the table was read may have a binding the read
+    // missed: what is missing counts only for entries older than the read.
+    let old = |made: u64| now.saturating_sub(made) > SWEEP_MARGIN_NS;
+    let (gone_permits, kept_permits): (Vec<(CtKey, CtValue)>, Vec<_>) = permits.into_iter().partition(|(permit, value)| {
         let binding = pool_key_of_permit(permit);
-        if expired.contains(&binding) || !pool_sides.contains_key(&binding) {
-            let _ = state.remove(permit);
-        } else {
-            permits_left += 1;
-        }
-    }
+        expired.contains(&binding) || (!pool_sides.contains_key(&binding) && old(value.last_seen_ns))
+    });
+    let gone_permits: Vec<CtKey> = gone_permits.into_iter().map(|(key, _)| key).collect();
+    state.remove(&gone_permits)?;
     let mut queues: HashMap<u8, Queue<MapData, Nat64Port>> = HashMap::new();
     for (proto, _, name) in PROTOCOLS {
         queues.insert(proto, bpf::open_pinned_map(pin_dir, name)?);
     }
-    for key in &expired {
-        state.remove(key).context("removing an expired NAT64 binding")?;
+    let expired_keys: Vec<CtKey> = expired.iter().copied().collect();
+    state.remove(&expired_keys)?;
+    for key in &expired_keys {
         let addr = ipv4_of(&key.daddr);
         let port = u16::from_be(key.dport);
         let range = range_of(stateful, key.proto);
@@ -287,13 +372,13 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
     }
     for (key, value) in &client_sides {
         let pool_key = pool_key_of_client(value, key.proto);
-        let live = pool_sides
-            .get(&pool_key)
-            .filter(|b| !expired.contains(&pool_key) && b.daddr == key.saddr && b.dport == key.sport)
-            .is_some();
+        let live = match pool_sides.get(&pool_key) {
+            Some(b) => !expired.contains(&pool_key) && b.daddr == key.saddr && b.dport == key.sport,
+            None => !old(value.last_seen_ns),
+        };
         // Read again: a packet may have just made this side new.
-        if !live && state.get(key, 0).ok().is_some_and(|now_value| now_value == *value) {
-            let _ = state.remove(key);
+        if !live && lookup.get(key, 0).ok().is_some_and(|now_value| now_value == *value) {
+            let _ = lookup.remove(key);
         }
     }
 
@@ -318,7 +403,7 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
         filtering: stateful.filtering.to_string(),
         layout: layout(stateful),
         bindings: pool_sides.len() - expired.len(),
-        permits: permits_left,
+        permits: kept_permits.len(),
         expired: expired.len() as u64,
         last_sweep_micros: started.elapsed().as_micros() as u64,
     })

@@ -292,6 +292,7 @@ static __always_inline int v6n_nat64_bind(struct v6n_nat64_scratch *s, __u64 now
 	__builtin_memset(value, 0, sizeof(*value));
 	v6n_v4mapped(value->saddr, s->port.addr);
 	value->sport = s->port.port;
+	value->last_seen_ns = now; /* made then: the agent leaves young entries alone */
 	if (bpf_map_update_elem(&v6n_nat64_state, client_key, value, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&v6n_nat64_state, &s->pool_key);
 		v6n_nat64_give_back_port(client_key->proto, &s->port);
@@ -350,6 +351,7 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 		v6n_v4mapped(s->pool_key.saddr, (const __u8 *)&server);
 		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key)) {
 			__builtin_memset(&s->value, 0, sizeof(s->value));
+			s->value.last_seen_ns = now; /* made then */
 			if (bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, &s->value, BPF_NOEXIST) < 0 &&
 			    !bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key))
 				return -V6N_REASON_DROP_STATE_FULL;

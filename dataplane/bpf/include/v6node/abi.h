@@ -112,6 +112,9 @@ struct v6n_nat64_config {
  *     lifetime lives here alone.
  *   permit (address-dependent filtering): saddr server, daddr pool, dport
  *     pool port; lives while its binding does.
+ * A client side's and a permit's last_seen_ns is when it was made: the
+ * agent reads the table while packets write it, and leaves alone what is
+ * younger than its read.
  * Protocols are IPv4's numbers (ICMP 1 for echo, both sides). The table is
  * a plain hash, never LRU: nothing evicts half a binding; the agent removes
  * expired bindings and returns their ports to the free queue of their
