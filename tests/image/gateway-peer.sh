@@ -32,3 +32,32 @@ pass_if "host: HTTP by name from the IPv6 side to the IPv4 server (TCP 6 -> 4)" 
     test "$(ip netns exec "$ns" curl -sf --max-time 10 http://ipv4only.test:8080/hello)" = "served over IPv4"
 pass_if "host: HTTP from the IPv4 side to 198.51.100.6 (TCP 4 -> 6)" \
     test "$(at curl -sf --max-time 10 http://198.51.100.6:8081/hello)" = "served over IPv6"
+
+# fd00:8::100 has no mapping: the guest's stateful NAT64 lends it 203.0.113.1.
+pass_if "host: ping from fd00:8::100 (no EAM) -> 64:ff9b::192.0.2.1 through the guest's pool" \
+    at ping -q -c 3 -i 0.3 -W 2 -I fd00:8::100 64:ff9b::c000:201
+seen_by_ipv4_server() {
+    local seen
+    seen=$(at python3 -c '
+import socket
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("192.0.2.1", 8082))
+server.listen(1)
+server.settimeout(15)
+conn, peer = server.accept()
+conn.sendall(("%s %d" % peer).encode())
+conn.close()' &
+        sleep 0.5
+        at python3 -c '
+import socket
+s = socket.socket(socket.AF_INET6)
+s.bind(("fd00:8::100", 0))
+s.settimeout(10)
+s.connect(("64:ff9b::c000:201", 8082))
+print(s.recv(100).decode())'
+        wait)
+    echo "the IPv4-only server saw $seen"
+    [[ "$seen" == "203.0.113.1 "* ]]
+}
+pass_if "host: TCP from fd00:8::100 reaches the IPv4 server, which sees the pool address 203.0.113.1" seen_by_ipv4_server

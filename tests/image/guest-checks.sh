@@ -437,6 +437,9 @@ gateway_role_applied() {
         return 1
     }
 }
+gateway_stateful_pool() {
+    v6node-dataplane status --json | jq -e '[.nat64.stateful.pool[].address] | unique == ["203.0.113.1"]'
+}
 gateway_ipv4_side() { ip -4 -o address show dev enp0s9 | grep -q '192.0.2.2/24'; }
 gateway_translator_attached() {
     local links
@@ -649,6 +652,7 @@ gateway)
     pass_if "role gateway from the credential: drop-in linked, IPv4 forwarding on" gateway_role_applied
     pass_if "IPv4 side enp0s9 has 192.0.2.2/24 (network.network credential)" gateway_ipv4_side
     pass_if "translator attached to both uplinks, v6n_nat64 in bpftool" gateway_translator_attached
+    pass_if "stateful NAT64 pool 203.0.113.1 from the dataplane credential, in status" gateway_stateful_pool
     pass_if "DNS64 (unbound) active on every address with the translator's prefix" gateway_dns64
     pass_if "the host side's traffic was translated both ways" gateway_translates
     pass_if "role, DNS64 and BGP units are hardened (systemd-analyze security)" role_units_hardened

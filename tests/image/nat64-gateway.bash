@@ -9,8 +9,8 @@
 #   which holds fd00:9::1, so nodes reach each other on one link)
 #
 # The node's pods (fd00:10:244:7::/64, routed to the node) reach the IPv4-only
-# host as 64:ff9b::192.0.2.1; pod addresses ::0-::ff are mapped to
-# 198.51.100.0/24 (an EAM: SIIT needs an IPv4 address per IPv6 host). DNS64
+# host as 64:ff9b::192.0.2.1, through stateful NAT64: no EAM for them, they
+# share the pool address 203.0.113.1 ($gateway_pool). DNS64
 # on fd00:9::1 answers 64:ff9b::c000:201 for ipv4only.test, which only has an
 # A record on the IPv4 host's DNS server; that host serves HTTP on :8080.
 #
@@ -21,9 +21,9 @@
 gateway_node_address=fd00:9::2
 gateway_address=fd00:9::1
 gateway_pod_prefix=fd00:10:244:7::/64
-# The translator's EAMs (TOML inline tables): pod addresses ::0-::ff of the
-# pod prefix as 198.51.100.0/24.
-gateway_eams='{ ipv6 = "fd00:10:244:7::/120", ipv4 = "198.51.100.0/24" }'
+# Stateful NAT64's pool, which the pods' prefixes borrow from.
+gateway_pool=203.0.113.1
+gateway_pool_sources='"fd00:10:244::/48"'
 gateway_ipv4_host=192.0.2.1
 gateway_tap=gwtap0
 gateway_pids=()
@@ -76,7 +76,9 @@ devices = []
 [nat64]
 devices = ["gwbr", "gw4"]
 prefix = "64:ff9b::/96"
-eam = [$gateway_eams]
+[nat64.stateful]
+pool = ["$gateway_pool"]
+sources = [$gateway_pool_sources]
 TOML
     # With the unit's capability set, as the namespace tests run the agent.
     local top=$V6NODE_TOP V6NODE_DATAPLANE=$gateway_bin bin caps
