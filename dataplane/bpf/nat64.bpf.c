@@ -163,7 +163,7 @@ static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
 	__u32 zero = 0;
 	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
-	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
 
 	if (!cfg || !error || !s)
 		return -V6N_REASON_DROP_UNMAPPED;
@@ -202,8 +202,7 @@ static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
 static __noinline v6n_outcome v6n_nat64_hairpin(struct __sk_buff *skb, __be32 pool_src, __be32 pool_dst)
 {
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	__u32 zero = 0;
-	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
 	struct v6n_flow flow;
 
 	if (!cfg || !s)
@@ -858,6 +857,8 @@ static __noinline int v6n_nat64_inbound_error(struct __sk_buff *skb)
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
 	__u32 zero = 0;
 	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	/* One key for both scratch maps: this frame sits under the translator's
+	 * largest with nothing to spare. */
 	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
 
 	if (!cfg || !error || !s)

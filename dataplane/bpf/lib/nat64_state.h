@@ -97,6 +97,13 @@ struct {
 	__type(value, struct v6n_nat64_scratch);
 } v6n_nat64_scratch SEC(".maps");
 
+static __always_inline struct v6n_nat64_scratch *v6n_nat64_scratch_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+}
+
 /* The transport offset and protocol, in one argument (BPF functions take
  * five). */
 #define V6N_NAT64_L4(offset, protocol) (((__u32)(offset) << 8) | (protocol))
@@ -311,8 +318,7 @@ static __always_inline int v6n_nat64_bind(struct v6n_nat64_scratch *s, __u64 now
 static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct in6_addr *client, __be32 server, __u32 l4)
 {
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	__u32 zero = 0;
-	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
 	__u64 now = bpf_ktime_get_ns();
 	int reason;
 
@@ -375,8 +381,7 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct in6_addr *client)
 {
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	__u32 zero = 0;
-	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
 	__u64 now = bpf_ktime_get_ns();
 	int reason;
 

@@ -789,6 +789,7 @@ fn nat64_stateful_pool_sources_ranges_and_lifetimes() {
     bad(&with("filtering = \"symmetric\"\n"), "nat64.stateful.filtering", "endpoint-independent, address-dependent");
     bad(&with("udp_seconds = 0\n"), "nat64.stateful.udp_seconds", "out of range");
     bad(&with("window = 1\n"), "nat64.stateful.window", "unknown key");
+    bad("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"::/0\"]\n", "nat64.stateful.sources[0]", "every IPv6 source");
     let five = "pool = [\"203.0.113.1\", \"203.0.113.2\", \"203.0.113.3\", \"203.0.113.4\", \"203.0.113.5\"]";
     bad(
         &format!("[nat64.stateful]\n{five}\nsources = [\"fd00::/8\"]\n"),

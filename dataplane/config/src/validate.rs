@@ -392,6 +392,11 @@ impl Validator<'_> {
         let mut sources: Vec<Ipv6Net> = Vec::with_capacity(source_items.len());
         for (i, s) in source_items.iter().enumerate() {
             let key = format!("nat64.stateful.sources[{i}]");
+            if s.ends_with("/0") {
+                return Err(
+                    self.err(&key, format!("`{s}` would lend the pool to every IPv6 source; list your clients' prefixes"))
+                );
+            }
             let net = deny_prefix(s).map_err(|r| self.err(&key, r))?;
             if let Some(j) = sources.iter().position(|n| *n == net) {
                 return Err(self.err(&key, format!("duplicate prefix {net} (also item {j})")));
