@@ -301,7 +301,7 @@ fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
     for (proto, _, name) in PROTOCOLS {
         drain(pin_dir, name)?;
         let range = range_of(stateful, proto);
-        let mut free: Vec<Nat64Port> = Vec::with_capacity(range.len() * stateful.pool.len());
+        let mut free: Vec<Nat64Port> = Vec::with_capacity(range.count() * stateful.pool.len());
         for addr in &stateful.pool {
             let mapped = addr.to_ipv6_mapped().octets();
             for port in range.iter() {
@@ -392,7 +392,7 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
             pool.push(PoolUse {
                 address: addr.to_string(),
                 protocol: name.into(),
-                ports: range_of(stateful, proto).len(),
+                ports: range_of(stateful, proto).count(),
                 in_use: in_use.get(&(*addr, proto)).copied().unwrap_or(0),
             });
         }

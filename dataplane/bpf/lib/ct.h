@@ -129,13 +129,20 @@ static __always_inline struct v6n_ct_value *v6n_ct_lookup(const struct v6n_flow 
 	return entry;
 }
 
+/* Notes the time of a packet of the entry's connection (at most once per
+ * V6N_CT_TOUCH_NS); every stateful table of the node keeps time so. */
+static __always_inline void v6n_ct_note_time(struct v6n_ct_value *entry, __u64 now)
+{
+	if (now - entry->last_seen_ns > V6N_CT_TOUCH_NS)
+		entry->last_seen_ns = now;
+}
+
 /* Notes a packet of the entry's connection: its time, and a TCP FIN or RST. */
 static __always_inline void v6n_ct_touch(struct v6n_ct_value *entry, const struct v6n_flow *flow, __u64 now)
 {
 	if (flow->tcp_flags & (V6N_TCP_FIN | V6N_TCP_RST) && !(entry->flags & V6N_CT_CLOSING))
 		entry->flags |= V6N_CT_CLOSING;
-	if (now - entry->last_seen_ns > V6N_CT_TOUCH_NS)
-		entry->last_seen_ns = now;
+	v6n_ct_note_time(entry, now);
 }
 
 /* The key of the reply direction of a packet that leaves as `out`. */

@@ -184,8 +184,7 @@ static __always_inline void v6n_nat64_touch(struct v6n_ct_value *binding, const 
 	}
 	if (flags != binding->flags)
 		binding->flags = flags;
-	if (now - binding->last_seen_ns > V6N_CT_TOUCH_NS)
-		binding->last_seen_ns = now;
+	v6n_ct_note_time(binding, now);
 }
 
 /*

@@ -249,12 +249,9 @@ pub struct PortRange {
 }
 
 impl PortRange {
-    pub fn len(self) -> usize {
+    /// How many ports: never none, as first <= last.
+    pub fn count(self) -> usize {
         usize::from(self.last) - usize::from(self.first) + 1
-    }
-
-    pub fn is_empty(self) -> bool {
-        false
     }
 
     pub fn iter(self) -> impl Iterator<Item = u16> {

@@ -752,7 +752,7 @@ fn nat64_stateful_pool_sources_ranges_and_lifetimes() {
     let s = c.nat64.stateful.expect("stateful");
     assert_eq!(s.pool.len(), 2);
     assert_eq!(s.sources[0].to_string(), "fd00:10::/48");
-    assert_eq!((s.tcp_ports.to_string(), s.udp_ports.len()), ("1024-65535".into(), 64512));
+    assert_eq!((s.tcp_ports.to_string(), s.udp_ports.count()), ("1024-65535".into(), 64512));
     assert_eq!(s.filtering, Nat64Filtering::EndpointIndependent);
     assert_eq!(
         (s.udp_seconds, s.tcp_established_seconds, s.tcp_transitory_seconds, s.icmp_seconds),
@@ -762,7 +762,7 @@ fn nat64_stateful_pool_sources_ranges_and_lifetimes() {
     let c = ok("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\nudp_ports = \"20000-20099\"\n\
                 icmp_ids = \"0-99\"\nfiltering = \"address-dependent\"\nudp_seconds = 120\n");
     let s = c.nat64.stateful.unwrap();
-    assert_eq!((s.udp_ports.first, s.udp_ports.last, s.icmp_ids.len()), (20000, 20099, 100));
+    assert_eq!((s.udp_ports.first, s.udp_ports.last, s.icmp_ids.count()), (20000, 20099, 100));
     assert_eq!((s.filtering, s.udp_seconds), (Nat64Filtering::AddressDependent, 120));
 
     let with = |extra: &str| format!("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\n{extra}");

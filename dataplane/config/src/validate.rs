@@ -410,7 +410,7 @@ impl Validator<'_> {
                 None => NAT64_PORTS_DEFAULT,
             };
             // Each protocol's free-port queue holds every address's range (abi.h).
-            let total = range.len() * pool.len();
+            let total = range.count() * pool.len();
             let max = v6node_abi::NAT64_PORTS_MAX as usize;
             if total > max {
                 return Err(self.err(
@@ -418,7 +418,7 @@ impl Validator<'_> {
                     format!(
                         "{} addresses x {} ports = {total}; at most {max} per protocol are supported",
                         pool.len(),
-                        range.len()
+                        range.count()
                     ),
                 ));
             }
