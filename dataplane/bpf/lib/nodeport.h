@@ -41,6 +41,7 @@
 #include "endpoint.h"
 #include "fib.h"
 #include "lb.h"
+#include "maglev.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -63,42 +64,6 @@ struct {
  * is tried first. */
 #define V6N_MASQ_PORT_MIN 1024
 #define V6N_MASQ_PORT_TRIES 8
-
-/* A 32-bit mix of one word into a running hash (MurmurHash3's steps): the
- * same inputs give the same bucket on every node, unlike the skb's hash,
- * which is seeded per boot. */
-static __always_inline __u32 v6n_hash_word(__u32 hash, __u32 word)
-{
-	word *= 0xcc9e2d51;
-	word = (word << 15) | (word >> 17);
-	word *= 0x1b873593;
-	hash ^= word;
-	hash = (hash << 13) | (hash >> 19);
-	return hash * 5 + 0xe6546b64;
-}
-
-static __always_inline __u32 v6n_hash_final(__u32 hash)
-{
-	hash ^= hash >> 16;
-	hash *= 0x85ebca6b;
-	hash ^= hash >> 13;
-	hash *= 0xc2b2ae35;
-	return hash ^ (hash >> 16);
-}
-
-static __always_inline __u32 v6n_maglev_bucket(const struct v6n_ct_key *client, int affine)
-{
-	const __u32 *addr = (const __u32 *)client->saddr;
-	__u32 hash = client->proto;
-
-	hash = v6n_hash_word(hash, addr[0]);
-	hash = v6n_hash_word(hash, addr[1]);
-	hash = v6n_hash_word(hash, addr[2]);
-	hash = v6n_hash_word(hash, addr[3]);
-	if (!affine)
-		hash = v6n_hash_word(hash, client->sport);
-	return v6n_hash_final(hash) % V6N_MAGLEV_SIZE;
-}
 
 /* Claims a source port on the masquerade address for the connection that
  * leaves as `out`: its reply entry goes in only while nobody holds it. */
@@ -416,11 +381,7 @@ static __always_inline enum v6n_reason v6n_nodeport_new(struct __sk_buff *skb, c
 	struct v6n_l4_addr *backend = NULL;
 	__u32 backend_id = 0;
 	if (table && svc->count > 0) {
-		__u32 bucket = v6n_maglev_bucket(&flow->key, svc->flags & V6N_SERVICE_AFFINITY);
-		/* The verifier cannot follow the modulo: hide it, check again. */
-		asm volatile("" : "+r"(bucket));
-		if (bucket < V6N_MAGLEV_SIZE)
-			backend_id = table->backend_ids[bucket];
+		backend_id = v6n_maglev_pick(table, &flow->key, svc->flags & V6N_SERVICE_AFFINITY);
 		backend = bpf_map_lookup_elem(&v6n_backends, &backend_id);
 	}
 	v6n_lb_account(frontend, backend != NULL);
