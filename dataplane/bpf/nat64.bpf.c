@@ -16,6 +16,7 @@
 
 #include "lib/counters.h"
 #include "lib/ct.h"
+#include "lib/nat46_gw.h"
 #include "lib/nat64.h"
 #include "lib/nat64_state.h"
 #include "lib/xlat.h"
@@ -519,10 +520,22 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 		return V6N_NOT_OURS; /* runt frames are the host program's to count */
 	if (ip6.version != 6)
 		return V6N_NOT_OURS;
-	if (v6n_map_6to4(cfg, &ip6.daddr, &daddr) < 0)
-		return V6N_NOT_OURS;
 	int stateful = 0;
-	if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
+	if (v6n_nat46_is_client(cfg, &ip6.daddr)) {
+		/* A NAT46 gateway backend's reply: TCP or UDP straight after the
+		 * header, what the gateway's flows carry (fragments, ICMPv6 and
+		 * the rest are refused). Its VIP and port go in first: this frame
+		 * has no byte to spare for remembering to. */
+		if (ip6.nexthdr != IPPROTO_TCP && ip6.nexthdr != IPPROTO_UDP)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		__s64 vip = v6n_nat46_outbound(skb, V6N_NAT64_L4(V6N_ETH_HLEN + V6N_IP6_HLEN, ip6.nexthdr));
+		if (vip < 0)
+			return V6N_DROP(-vip);
+		saddr = (__be32)vip;
+		__builtin_memcpy(&daddr, ip6.daddr.s6_addr + 12, 4);
+	} else if (v6n_map_6to4(cfg, &ip6.daddr, &daddr) < 0) {
+		return V6N_NOT_OURS;
+	} else if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
 		/* An EAM destination from an unmapped source is plain IPv6 routed
 		 * through this box; a prefix destination can only mean translation,
 		 * stateful where the source may borrow from the pool. */
@@ -1053,7 +1066,8 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (h.ip.version != 4)
 		return V6N_NOT_OURS;
-	if (!v6n_nat64_is_pool(h.ip.daddr) && v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
+	if (!v6n_nat46_is_vip(h.ip.daddr) && !v6n_nat64_is_pool(h.ip.daddr) &&
+	    v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
 		return V6N_NOT_OURS;
 
 	__u32 hlen = h.ip.ihl * 4, tot_len = bpf_ntohs(h.ip.tot_len);
@@ -1072,7 +1086,8 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	}
 	if (v6n_csum_fold(v6n_csum_diff(NULL, 0, h.raw, hlen & 0x3c)) != 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-	if (v6n_map_4to6(cfg, h.ip.saddr, &saddr) < 0)
+	/* A VIP's client is embedded in the gateway's prefix by v6n_nat46_inbound. */
+	if (!v6n_nat46_is_vip(h.ip.daddr) && v6n_map_4to6(cfg, h.ip.saddr, &saddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 
 	__u16 frag_field = bpf_ntohs(h.ip.frag_off);
@@ -1098,7 +1113,16 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
 	}
 	/* Asked again rather than kept: this frame has not a byte to spare. */
-	if (v6n_nat64_is_pool(h.ip.daddr) && !is_error) {
+	if (v6n_nat46_is_vip(h.ip.daddr)) {
+		/* Ports are in first fragments only: refused, not guessed at. */
+		if (fragmented)
+			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+		int reason = v6n_nat46_inbound(skb, V6N_NAT64_L4(l4_off, protocol), &saddr, &daddr);
+		if (reason == V6N_NAT46_NOT_A_FRONTEND)
+			return V6N_NOT_OURS;
+		if (reason)
+			return V6N_DROP(reason);
+	} else if (v6n_nat64_is_pool(h.ip.daddr) && !is_error) {
 		if (fragmented)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 		int reason = v6n_nat64_inbound(skb, V6N_NAT64_L4(l4_off, protocol), &daddr);

@@ -24,6 +24,11 @@ pub use generated::{
     V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL, V6N_XLAT4_MAX as XLAT4_MAX,
 };
 pub use generated::{
+    v6n_nat46_frontend as Nat46Frontend, v6n_nat46_frontend_key as Nat46FrontendKey,
+    V6N_NAT46_BACKENDS_MAX as NAT46_BACKENDS_MAX, V6N_NAT46_FRONTENDS_MAX as NAT46_FRONTENDS_MAX,
+    V6N_NAT46_STATE_MAX as NAT46_STATE_MAX, V6N_NAT46_VIPS_MAX as NAT46_VIPS_MAX,
+};
+pub use generated::{
     v6n_nat64_pool_value as Nat64PoolValue, v6n_nat64_port as Nat64Port, V6N_CT_CLOSING as CT_CLOSING,
     V6N_CT_ESTABLISHED as CT_ESTABLISHED, V6N_NAT64_FILTER_ADDRESS_DEPENDENT as NAT64_FILTER_ADDRESS_DEPENDENT,
     V6N_NAT64_FILTER_ENDPOINT_INDEPENDENT as NAT64_FILTER_ENDPOINT_INDEPENDENT, V6N_NAT64_POOL_MAX as NAT64_POOL_MAX,
@@ -59,6 +64,8 @@ mod pod {
     unsafe impl aya::Pod for Nat64PoolValue {}
     unsafe impl aya::Pod for LbConfig {}
     unsafe impl aya::Pod for MaglevTable {}
+    unsafe impl aya::Pod for Nat46FrontendKey {}
+    unsafe impl aya::Pod for Nat46Frontend {}
 }
 
 /// Names of the maps userspace opens, as declared in `bpf/lib/maps.h` (and
@@ -95,6 +102,12 @@ pub mod maps {
     /// Declared in `bpf/lib/nodeport.h`: Services reached from outside.
     pub const MAGLEV: &str = "v6n_maglev";
     pub const LB_CONFIG: &str = "v6n_lb_cfg";
+    /// Declared in `bpf/lib/nat46_gw.h`: the stateful NAT46 gateway.
+    pub const NAT46_FRONTENDS: &str = "v6n_nat46_frontends";
+    pub const NAT46_VIPS: &str = "v6n_nat46_vips";
+    pub const NAT46_BACKENDS: &str = "v6n_nat46_backends";
+    pub const NAT46_MAGLEV: &str = "v6n_nat46_maglev";
+    pub const NAT46_STATE: &str = "v6n_nat46_state";
 }
 
 impl Reason {
@@ -120,6 +133,9 @@ impl Reason {
         Reason::V6N_REASON_DROP_NO_BINDING,
         Reason::V6N_REASON_DROP_FILTERED,
         Reason::V6N_REASON_DROP_STATE_FULL,
+        Reason::V6N_REASON_DROP_NAT46_CLASH,
+        Reason::V6N_REASON_DROP_NAT46_NO_FLOW,
+        Reason::V6N_REASON_DROP_NAT46_STATE_FULL,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -146,6 +162,9 @@ impl Reason {
             Reason::V6N_REASON_DROP_NO_BINDING => "nat64_no_binding",
             Reason::V6N_REASON_DROP_FILTERED => "nat64_filtered",
             Reason::V6N_REASON_DROP_STATE_FULL => "nat64_state_full",
+            Reason::V6N_REASON_DROP_NAT46_CLASH => "nat46_clash",
+            Reason::V6N_REASON_DROP_NAT46_NO_FLOW => "nat46_no_flow",
+            Reason::V6N_REASON_DROP_NAT46_STATE_FULL => "nat46_state_full",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -227,7 +246,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Lpm6Key>(), 20);
         assert_eq!(std::mem::size_of::<Lpm4Key>(), 8);
         assert_eq!(std::mem::size_of::<EamValue>(), 28);
-        assert_eq!(std::mem::size_of::<Nat64Config>(), 40);
+        assert_eq!(std::mem::size_of::<Nat64Config>(), 56);
         assert_eq!(std::mem::size_of::<Nat64Port>(), 8);
         assert_eq!(std::mem::size_of::<EndpointKey>(), 16);
         assert_eq!(std::mem::size_of::<EndpointValue>(), 20);
@@ -239,5 +258,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<SockRevnatKey>(), 32);
         assert_eq!(std::mem::size_of::<CtKey>(), 40);
         assert_eq!(std::mem::size_of::<CtValue>(), 56);
+        assert_eq!(std::mem::size_of::<Nat46FrontendKey>(), 8);
+        assert_eq!(std::mem::size_of::<Nat46Frontend>(), 8);
     }
 }

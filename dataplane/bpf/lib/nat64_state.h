@@ -82,6 +82,7 @@ struct v6n_nat64_l4 {
 struct v6n_nat64_scratch {
 	struct v6n_ct_key client_key;
 	struct v6n_ct_key pool_key;
+	struct v6n_ct_key peer_key; /* NAT46 gateway: another flow's */
 	struct v6n_ct_value value;
 	struct v6n_nat64_l4 l4;
 	struct v6n_nat64_port port;

@@ -39,6 +39,11 @@ enum v6n_reason {
 	V6N_REASON_DROP_NO_BINDING = 18,     /* to a pool address and port no client holds */
 	V6N_REASON_DROP_FILTERED = 19,       /* address-dependent filtering: a server not yet contacted */
 	V6N_REASON_DROP_STATE_FULL = 20,     /* the state table has no room for a new binding */
+	/* Stateful NAT46 gateway (lib/nat46_gw.h); a VIP frontend without
+	 * backends counts as V6N_REASON_DROP_NO_BACKEND. */
+	V6N_REASON_DROP_NAT46_CLASH = 21,      /* the client's address and port reach this backend by another frontend */
+	V6N_REASON_DROP_NAT46_NO_FLOW = 22,    /* a backend's packet to a client the gateway has no flow for */
+	V6N_REASON_DROP_NAT46_STATE_FULL = 23, /* the flow table has no room for a new flow */
 	V6N_REASON_COUNT
 };
 
@@ -92,6 +97,12 @@ struct v6n_nat64_config {
 	__u32 tcp_transitory_seconds; /* before the answer, and after a FIN or RST */
 	__u32 icmp_seconds;
 	__u32 pool_layout; /* the agent's: which pool the free-port queues hold */
+	/* Stateful NAT46 gateway: the /96 IPv4 clients are embedded in (RFC
+	 * 6052), routed to this gateway alone so that replies come back here;
+	 * nat46_on 0: no gateway. */
+	__u8 nat46_prefix[12];
+	__u8 nat46_on;
+	__u8 pad2[3];
 };
 
 /* RFC 4787 filtering of packets from IPv4 to a binding. */
@@ -346,5 +357,42 @@ struct v6n_ct_value {
 #define V6N_NAT64_SOURCES_MAX 1024     /* IPv6 prefixes allowed to use the pool */
 #define V6N_NAT64_PORTS_MAX 262144     /* free-port queue per protocol: all addresses' ranges */
 #define V6N_NAT64_STATE_MAX 1048576    /* bindings take two entries, permits one */
+
+/*
+ * Stateful NAT46 gateway (lib/nat46_gw.h): IPv4 clients reach a frontend,
+ * an IPv4 VIP, port and protocol (v6n_nat46_frontends), and each flow is
+ * given one of its IPv6 backends (v6n_nat46_backends, by id) by the
+ * frontend's Maglev table (v6n_nat46_maglev, by frontend id, weighted: a
+ * backend holds buckets in proportion to its weight). The client's address
+ * is embedded in the gateway's nat46 prefix. v6n_nat46_state holds, with
+ * the connection tracking's types, two entries a flow:
+ *   forward: saddr client (::ffff:a.b.c.d), daddr VIP (::ffff:),
+ *     sport, dport as the client sent them; value daddr, dport the backend,
+ *     backend_id, frontend_id, last_seen_ns and flags: the flow's lifetime
+ *     lives here alone.
+ *   reverse: saddr backend, daddr the embedded client, sport backend port,
+ *     dport client port; value saddr VIP (::ffff:), sport VIP port, daddr
+ *     client (::ffff:), dport client port, flags V6N_CT_REPLY;
+ *     last_seen_ns when it was made.
+ * A flow keeps its backend while the backend is in v6n_nat46_backends
+ * under its id (weight 0: drained, in no bucket, still serving its flows).
+ * A plain hash that the agent sweeps, like v6n_nat64_state.
+ */
+struct v6n_nat46_frontend_key {
+	__u8 addr[4]; /* the VIP, network order */
+	__u16 port;   /* network order */
+	__u8 proto;
+	__u8 pad;
+};
+
+struct v6n_nat46_frontend {
+	__u32 id;       /* v6n_nat46_maglev's key */
+	__u32 backends; /* in its Maglev table; 0: new flows are refused */
+};
+
+#define V6N_NAT46_FRONTENDS_MAX 1024
+#define V6N_NAT46_VIPS_MAX 1024
+#define V6N_NAT46_BACKENDS_MAX 65536
+#define V6N_NAT46_STATE_MAX 1048576
 
 #endif /* V6NODE_ABI_H */

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The stateful NAT46 gateway (bpf/lib/nat46_gw.h) through
+//! BPF_PROG_TEST_RUN, one scenario per rule: IPv4 clients reach a VIP,
+//! each flow is given a backend by the frontend's Maglev table and keeps it,
+//! and the backends' replies leave from the VIP. The tables are written
+//! here as the agent writes them; the weighted table itself is the agent's
+//! unit tests' (maglev.rs) and the namespace test's.
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use aya::maps::{HashMap, MapData};
+use common::{nat64::*, packet::*, *};
+use v6node_abi::{
+    maps, CtKey, CtValue, Direction, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, Reason, CT_ESTABLISHED, MAGLEV_SIZE,
+};
+
+const D46: Direction = Direction::V6N_DIRECTION_XLAT_4TO6;
+const D64: Direction = Direction::V6N_DIRECTION_XLAT_6TO4;
+
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 80);
+const CLIENT: Ipv4Addr = V4_HOST;
+/// The gateway's source prefix, 2001:db8:46::/96, with CLIENT in it.
+const CLIENT_AS_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x46, 0, 0, 0, 0xc000, 0x0202);
+const BACKENDS: [Ipv6Addr; 3] = [
+    Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0xa),
+    Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0xb),
+    Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0xc),
+];
+const BACKEND_PORT: u16 = 8080;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+/// Frontend 1's backends are ids 101, 102, 103.
+const FRONTEND: u32 = 1;
+
+const TCP_SYN: u8 = 0x02;
+const TCP_SYN_ACK: u8 = 0x12;
+const TCP_ACK: u8 = 0x10;
+
+fn gateway(test: &str) -> (Net, Xlat) {
+    let net = Net::enter();
+    for (i, backend) in BACKENDS.iter().enumerate() {
+        ip(&format!("neigh add {backend} lladdr 02:00:00:00:06:{:02x} dev v6 nud permanent", 0x10 + i));
+    }
+    let mut xlat = Xlat::load(test);
+    let mut config: HashMap<&mut MapData, u32, v6node_abi::Nat64Config> =
+        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT64_CONFIG).unwrap()).unwrap();
+    let mut value = config.get(&0, 0).unwrap();
+    value.nat46_prefix.copy_from_slice(&CLIENT_AS_V6.octets()[..12]);
+    value.nat46_on = 1;
+    config.insert(0, value, 0).unwrap();
+    for (i, backend) in BACKENDS.iter().enumerate() {
+        set_backend(&mut xlat, 101 + i as u32, *backend);
+    }
+    (net, xlat)
+}
+
+fn set_backend(xlat: &mut Xlat, id: u32, addr: Ipv6Addr) {
+    let mut backends: HashMap<&mut MapData, u32, L4Addr> =
+        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_BACKENDS).unwrap()).unwrap();
+    backends.insert(id, L4Addr { addr: addr.octets(), port: BACKEND_PORT.to_be(), proto: 0, pad: 0 }, 0).unwrap();
+}
+
+fn remove_backend(xlat: &mut Xlat, id: u32) {
+    let mut backends: HashMap<&mut MapData, u32, L4Addr> =
+        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_BACKENDS).unwrap()).unwrap();
+    backends.remove(&id).unwrap();
+}
+
+/// Frontend VIP:`port` over a table whose buckets go round `pattern`
+/// (backend ids; an empty pattern: no table, no backends).
+fn set_frontend(xlat: &mut Xlat, port: u16, proto: u8, id: u32, pattern: &[u32]) {
+    if !pattern.is_empty() {
+        let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
+        for (i, slot) in table.backend_ids.iter_mut().enumerate() {
+            *slot = pattern[i % pattern.len()];
+        }
+        let mut maglev: HashMap<&mut MapData, u32, MaglevTable> =
+            HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_MAGLEV).unwrap()).unwrap();
+        maglev.insert(id, table, 0).unwrap();
+    }
+    let mut frontends: HashMap<&mut MapData, Nat46FrontendKey, Nat46Frontend> =
+        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_FRONTENDS).unwrap()).unwrap();
+    let key = Nat46FrontendKey { addr: VIP.octets(), port: port.to_be(), proto, pad: 0 };
+    frontends.insert(key, Nat46Frontend { id, backends: pattern.len() as u32 }, 0).unwrap();
+    let mut vips: HashMap<&mut MapData, u32, u32> = HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_VIPS).unwrap()).unwrap();
+    vips.insert(u32::from_ne_bytes(VIP.octets()), 1, 0).unwrap();
+}
+
+fn tcp_with(sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let mut segment = tcp(sport, dport, b"");
+    segment[13] = flags;
+    segment
+}
+
+fn to_vip(client_port: u16, port: u16, proto: u8, flags: u8) -> Vec<u8> {
+    let l4 = if proto == TCP { tcp_with(client_port, port, flags) } else { udp(client_port, port, b"hello") };
+    ethernet(ETH_IPV4, &ipv4(CLIENT, VIP, 64, proto, 0x4000, &l4, Some(if proto == TCP { 16 } else { 6 })))
+}
+
+fn from_backend(backend: Ipv6Addr, client_port: u16, proto: u8, flags: u8) -> Vec<u8> {
+    let l4 = if proto == TCP { tcp_with(BACKEND_PORT, client_port, flags) } else { udp(BACKEND_PORT, client_port, b"hi") };
+    ethernet(ETH_IPV6, &ipv6(backend, CLIENT_AS_V6, 64, proto, &l4, Some(if proto == TCP { 16 } else { 6 })))
+}
+
+/// (source, destination, destination port) of a translated IPv6 frame.
+fn v6_flow(frame: &[u8]) -> (Ipv6Addr, Ipv6Addr, u16) {
+    let ip = &frame[14..];
+    let src: [u8; 16] = ip[8..24].try_into().unwrap();
+    let dst: [u8; 16] = ip[24..40].try_into().unwrap();
+    (src.into(), dst.into(), u16::from_be_bytes([ip[42], ip[43]]))
+}
+
+/// Sends a client's packet and returns the backend it went to.
+fn backend_of(xlat: &Xlat, net: &Net, client_port: u16, proto: u8) -> Ipv6Addr {
+    let run = xlat.run(&to_vip(client_port, 80, proto, TCP_SYN), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "flow from port {client_port} translated");
+    v6_flow(&run.packet).1
+}
+
+fn flows(xlat: &Xlat) -> Vec<(CtKey, CtValue)> {
+    let table: HashMap<&MapData, CtKey, CtValue> = HashMap::try_from(xlat.ebpf.map(maps::NAT46_STATE).unwrap()).unwrap();
+    table.iter().map(Result::unwrap).collect()
+}
+
+#[test]
+fn a_client_reaches_a_backend_through_the_vip_and_the_replies_come_from_the_vip() {
+    let (net, mut xlat) = gateway("nat46-tcp");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[102]);
+
+    let run = xlat.run(&to_vip(40000, 80, TCP, TCP_SYN), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    let out = &run.packet;
+    assert_eq!(&out[12..14], &ETH_IPV6);
+    assert_eq!(&out[0..6], &[2, 0, 0, 0, 6, 0x11], "to backend ::b's link-layer address");
+    assert_well_formed(out);
+    assert_eq!(v6_flow(out), (CLIENT_AS_V6, BACKENDS[1], BACKEND_PORT), "from the embedded client to the backend");
+    assert_eq!(u16::from_be_bytes([out[54], out[55]]), 40000, "the client's port kept");
+
+    let run = xlat.run(&from_backend(BACKENDS[1], 40000, TCP, TCP_SYN_ACK), net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    let back = &run.packet;
+    assert_eq!(&back[12..14], &ETH_IPV4);
+    assert_eq!(&back[0..6], &V4_HOST_MAC);
+    assert_well_formed(back);
+    let ip = &back[14..];
+    assert_eq!((&ip[12..16], &ip[16..20]), (&VIP.octets()[..], &CLIENT.octets()[..]), "from the VIP to the client");
+    assert_eq!((u16::from_be_bytes([ip[20], ip[21]]), u16::from_be_bytes([ip[22], ip[23]])), (80, 40000));
+
+    let state = flows(&xlat);
+    assert_eq!(state.len(), 2, "a flow is a forward and a reverse entry");
+    let (_, forward) = state.iter().find(|(k, _)| k.saddr == CLIENT.to_ipv6_mapped().octets()).expect("the forward entry");
+    assert_eq!((forward.backend_id, forward.frontend_id), (102, FRONTEND));
+    assert_eq!(forward.flags & CT_ESTABLISHED as u8, CT_ESTABLISHED as u8, "answered: established");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_FORWARDED), 1);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_XLAT_FORWARDED), 1);
+}
+
+#[test]
+fn flows_spread_over_the_table_and_keep_their_backend_until_it_is_removed() {
+    let (net, mut xlat) = gateway("nat46-spread");
+    // Shares 1:2:3 of the buckets.
+    set_frontend(&mut xlat, 80, UDP, FRONTEND, &[101, 102, 102, 103, 103, 103]);
+    let ports: Vec<u16> = (20000..44000).collect();
+    let first: Vec<Ipv6Addr> = ports.iter().map(|p| backend_of(&xlat, &net, *p, UDP)).collect();
+    for (i, weight) in [1.0, 2.0, 3.0].into_iter().enumerate() {
+        let share = first.iter().filter(|b| **b == BACKENDS[i]).count() as f64 / ports.len() as f64;
+        assert!((share - weight / 6.0).abs() < 0.05 * weight / 6.0, "backend {i}: share {share:.3}, weight {weight}/6");
+    }
+
+    // A new table (every bucket moved on by one) moves no flow.
+    set_frontend(&mut xlat, 80, UDP, FRONTEND, &[103, 101, 102, 102, 103, 103]);
+    let again: Vec<Ipv6Addr> = ports.iter().map(|p| backend_of(&xlat, &net, *p, UDP)).collect();
+    assert_eq!(again, first, "flows keep their backends through a new table");
+
+    // ::b removed (the agent rewrites the table without it): its flows move, no other does.
+    set_frontend(&mut xlat, 80, UDP, FRONTEND, &[101, 103, 103]);
+    remove_backend(&mut xlat, 102);
+    let after: Vec<Ipv6Addr> = ports.iter().map(|p| backend_of(&xlat, &net, *p, UDP)).collect();
+    for ((port, was), now) in ports.iter().zip(&first).zip(&after) {
+        if *was == BACKENDS[1] {
+            assert_ne!(*now, BACKENDS[1], "port {port}: moved off the removed backend");
+        } else {
+            assert_eq!(now, was, "port {port}: kept its backend");
+        }
+    }
+    // The moved flows' old reverse entries are no longer theirs.
+    let port = *ports.iter().zip(&first).find(|(_, b)| **b == BACKENDS[1]).unwrap().0;
+    let run = xlat.run(&from_backend(BACKENDS[1], port, UDP, 0), net.v6);
+    assert_eq!(run.verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_NAT46_NO_FLOW), 1);
+}
+
+#[test]
+fn what_no_frontend_serves_is_the_hosts() {
+    let (net, mut xlat) = gateway("nat46-host");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[101]);
+    for frame in [
+        to_vip(40000, 22, TCP, TCP_SYN),
+        to_vip(40000, 80, UDP, 0),
+        ethernet(ETH_IPV4, &ipv4(CLIENT, VIP, 64, 1, 0, &icmp(8, 0, [0, 1, 0, 1], b"ping"), Some(2))),
+    ] {
+        assert_eq!(xlat.run(&frame, net.v4).verdict, TC_ACT_UNSPEC, "left to the stack");
+    }
+    assert!(flows(&xlat).is_empty());
+    assert_eq!(xlat.counted_total(), 0, "the host program's to count");
+}
+
+#[test]
+fn replies_of_no_flow_and_fragments_are_dropped_and_counted() {
+    let (net, mut xlat) = gateway("nat46-drops");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[101]);
+    let run = xlat.run(&from_backend(BACKENDS[0], 40000, TCP, TCP_SYN_ACK), net.v6);
+    assert_eq!(run.verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_NAT46_NO_FLOW), 1);
+
+    let fragment = ethernet(ETH_IPV4, &ipv4(CLIENT, VIP, 64, TCP, 0x2000, &tcp_with(40000, 80, TCP_ACK), Some(16)));
+    assert_eq!(xlat.run(&fragment, net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 1);
+    assert!(flows(&xlat).is_empty(), "nothing was opened");
+}
+
+#[test]
+fn a_frontend_without_backends_refuses_new_flows() {
+    let (net, mut xlat) = gateway("nat46-empty");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[]);
+    assert_eq!(xlat.run(&to_vip(40000, 80, TCP, TCP_SYN), net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BACKEND), 1);
+}
+
+#[test]
+fn mid_flow_packets_open_a_flow_on_the_backend_the_table_names() {
+    // As on a second gateway after a failover: no state, the same table.
+    let (net, mut xlat) = gateway("nat46-midflow");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[103]);
+    let run = xlat.run(&to_vip(40000, 80, TCP, TCP_ACK), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_eq!(v6_flow(&run.packet).1, BACKENDS[2]);
+}
+
+#[test]
+fn one_client_port_cannot_reach_one_backend_through_two_frontends() {
+    let (net, mut xlat) = gateway("nat46-clash");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[101]);
+    set_frontend(&mut xlat, 81, TCP, 2, &[101]);
+    assert_eq!(xlat.run(&to_vip(40000, 80, TCP, TCP_SYN), net.v4).verdict, TC_ACT_REDIRECT);
+    // The backend could not tell the two apart: its replies would go astray.
+    assert_eq!(xlat.run(&to_vip(40000, 81, TCP, TCP_SYN), net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NAT46_CLASH), 1);
+    assert_eq!(xlat.run(&to_vip(40001, 81, TCP, TCP_SYN), net.v4).verdict, TC_ACT_REDIRECT, "another port is fine");
+}
