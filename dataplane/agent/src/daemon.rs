@@ -31,7 +31,7 @@ use crate::{
     cluster::{self, Cluster},
     connections::{self, LeftBackend},
     endpoints::Endpoints,
-    files, health_checks, logging, metrics, nat64_state, netdev,
+    files, health_checks, logging, metrics, nat46_gw, nat64_state, netdev,
     paths::Paths,
     selftest,
     services::{Outside, ServiceTables},
@@ -80,6 +80,7 @@ struct Daemon {
     /// A sweep over a large NAT64 state table waits ten times its own
     /// length before the next: at most a tenth of a CPU.
     nat64_sweep_after: Option<Instant>,
+    nat46_sweep_after: Option<Instant>,
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -127,6 +128,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         services: ServiceTables::default(),
         ending: Arc::default(),
         nat64_sweep_after: None,
+        nat46_sweep_after: None,
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -175,7 +177,10 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
                 daemon.reconcile_devices().await;
             }
             _ = resync.tick() => daemon.resync().await,
-            _ = nat64_sweep.tick() => daemon.sweep_nat64(),
+            _ = nat64_sweep.tick() => {
+                daemon.sweep_nat64();
+                daemon.sweep_nat46();
+            }
             Ok((stream, _)) = listener.accept() => daemon.serve(stream).await,
             _ = async { match watchdog.as_mut() { Some(w) => { w.tick().await; } None => pending().await } } => {
                 notify(&[NotifyState::Watchdog]);
@@ -318,6 +323,32 @@ impl Daemon {
                 }
             }),
             Err(e) => log::error!("sweeping the NAT64 bindings: {e:#}"),
+        }
+    }
+
+    /// The NAT46 gateway's timer: ends idle flows and refreshes each
+    /// backend's count of flows in `status`.
+    fn sweep_nat46(&mut self) {
+        let config = &self.loaded.config;
+        let Some(nat46) = config.nat46.as_ref().filter(|_| !config.nat64.devices.is_empty()) else {
+            return;
+        };
+        if self.nat46_sweep_after.is_some_and(|after| Instant::now() < after) {
+            return;
+        }
+        let Some(stats) = self.state.lock().expect("state lock").nat64.as_ref().and_then(|n| n.nat46.clone()) else {
+            return;
+        };
+        let started = Instant::now();
+        let result = nat46_gw::sweep(&self.paths.pin_dir, nat46, stats);
+        self.nat46_sweep_after = Some(started + started.elapsed() * 10);
+        match result {
+            Ok(swept) => self.update(|s| {
+                if let Some(n) = s.nat64.as_mut() {
+                    n.nat46 = Some(swept);
+                }
+            }),
+            Err(e) => log::error!("sweeping the NAT46 gateway's flows: {e:#}"),
         }
     }
 
@@ -524,8 +555,12 @@ impl Daemon {
             None
         } else {
             self.attacher.prepare_nat64()?;
-            let mut stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64)?;
+            let mut stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64, config.nat46.as_ref())?;
             stats.stateful = nat64_state::sync(&self.paths.pin_dir, config.nat64.stateful.as_ref())?;
+            stats.nat46 = nat46_gw::sync(&self.paths.pin_dir, config.nat46.as_ref())?;
+            if let Some(gateway) = &stats.nat46 {
+                log::info!("NAT46 gateway: {} frontend(s), clients from {}", gateway.frontends.len(), gateway.source_prefix);
+            }
             if let Some(pool) = &stats.stateful {
                 log::info!("NAT64 stateful: pool {}, {} binding(s) kept", pool.layout, pool.bindings);
             }

@@ -17,6 +17,7 @@ mod linkinfo;
 mod logging;
 mod maglev;
 mod metrics;
+mod nat46_gw;
 mod nat64_state;
 mod netdev;
 mod paths;

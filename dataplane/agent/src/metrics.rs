@@ -93,6 +93,25 @@ pub fn render(paths: &Paths, state: &State) -> String {
             pool.expired
         );
     }
+    if let Some(gateway) = state.nat64.as_ref().and_then(|n| n.nat46.as_ref()) {
+        let name = "v6node_nat46_flows";
+        let _ = writeln!(out, "# HELP {name} Flows of a NAT46 gateway backend, as of the last sweep.\n# TYPE {name} gauge");
+        for frontend in &gateway.frontends {
+            for backend in &frontend.backends {
+                let _ = writeln!(
+                    out,
+                    "{name}{{frontend=\"{}\",protocol=\"{}\",backend=\"{}\"}} {}",
+                    frontend.frontend, frontend.protocol, backend.address, backend.flows
+                );
+            }
+        }
+        let name = "v6node_nat46_flows_expired_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} NAT46 gateway flows ended by the sweep.\n# TYPE {name} counter\n{name} {}",
+            gateway.expired
+        );
+    }
     if let Some(services) = &state.services {
         let stats = crate::services::stats(&paths.pin_dir).unwrap_or_default();
         // (name, help, type, the value from (translated, refused) and the backend count)

@@ -26,7 +26,7 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// An entry counts as expired here this much later than in BPF, which
 /// writes last_seen at most once a second: the sweep never removes a
 /// binding a packet has just found live.
-const SWEEP_MARGIN_NS: u64 = 2_000_000_000;
+pub(crate) const SWEEP_MARGIN_NS: u64 = 2_000_000_000;
 
 const TCP: u8 = libc::IPPROTO_TCP as u8;
 const UDP: u8 = libc::IPPROTO_UDP as u8;
@@ -92,7 +92,7 @@ fn lifetime_ns(stateful: &Nat64Stateful, proto: u8, value: &CtValue) -> u64 {
 }
 
 /// CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -123,15 +123,16 @@ const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 const BATCH: usize = 8192;
 
-/// The state table read and pruned in batches: aya's iterator and removals
-/// cost a system call or two per entry, which at a million entries is
-/// seconds of a CPU per sweep; a batch moves thousands.
-struct StateTable(MapData);
+/// A state table (of connection tracking's key and value types) read and
+/// pruned in batches: aya's iterator and removals cost a system call or two
+/// per entry, which at a million entries is seconds of a CPU per sweep; a
+/// batch moves thousands.
+pub(crate) struct StateTable(MapData, &'static str);
 
 impl StateTable {
-    fn open(pin_dir: &Path) -> Result<StateTable> {
-        let pin = pin_dir.join(maps::NAT64_STATE);
-        Ok(StateTable(MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?))
+    pub(crate) fn open(pin_dir: &Path, name: &'static str) -> Result<StateTable> {
+        let pin = pin_dir.join(name);
+        Ok(StateTable(MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?, name))
     }
 
     fn batch(&self, command: libc::c_long, attr: &mut BatchAttr) -> std::io::Result<()> {
@@ -146,7 +147,7 @@ impl StateTable {
         Ok(())
     }
 
-    fn entries(&self) -> Result<Vec<(CtKey, CtValue)>> {
+    pub(crate) fn entries(&self) -> Result<Vec<(CtKey, CtValue)>> {
         let mut keys = vec![CtKey::default(); BATCH];
         let mut values = vec![CtValue::default(); BATCH];
         let mut all = Vec::new();
@@ -167,7 +168,7 @@ impl StateTable {
             match result {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(all),
-                Err(e) => return Err(e).context("reading the NAT64 state table"),
+                Err(e) => return Err(e).with_context(|| format!("reading {}", self.1)),
             }
             token = next;
             first = false;
@@ -175,7 +176,7 @@ impl StateTable {
     }
 
     /// Removes `keys`; one already gone is skipped.
-    fn remove(&self, keys: &[CtKey]) -> Result<()> {
+    pub(crate) fn remove(&self, keys: &[CtKey]) -> Result<()> {
         let mut rest = keys;
         while !rest.is_empty() {
             let take = rest.len().min(BATCH);
@@ -186,7 +187,7 @@ impl StateTable {
                 Ok(()) => rest = &rest[take..],
                 // Stopped at a key that is gone already: skip it.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => rest = &rest[(done + 1).min(rest.len())..],
-                Err(e) => return Err(e).context("removing from the NAT64 state table"),
+                Err(e) => return Err(e).with_context(|| format!("removing from {}", self.1)),
             }
         }
         Ok(())
@@ -256,7 +257,7 @@ pub fn sync(pin_dir: &Path, stateful: Option<&Nat64Stateful>) -> Result<Option<S
             for (_, _, queue) in PROTOCOLS {
                 drain(pin_dir, queue)?;
             }
-            let state = StateTable::open(pin_dir)?;
+            let state = StateTable::open(pin_dir, maps::NAT64_STATE)?;
             let keys: Vec<CtKey> = state.entries()?.into_iter().map(|(key, _)| key).collect();
             state.remove(&keys)?;
             translator.pool_layout = 0;
@@ -291,7 +292,7 @@ fn drain(pin_dir: &Path, name: &str) -> Result<usize> {
 fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
     let now = monotonic_ns();
     let mut held: HashSet<(u8, [u8; 16], u16)> = HashSet::new();
-    for (key, value) in StateTable::open(pin_dir)?.entries()? {
+    for (key, value) in StateTable::open(pin_dir, maps::NAT64_STATE)?.entries()? {
         if matches!(kind(&key), Entry::PoolSide)
             && now.saturating_sub(value.last_seen_ns) <= lifetime_ns(stateful, key.proto, &value)
         {
@@ -325,7 +326,7 @@ fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
 /// Counts what is left, per pool address and protocol.
 pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> {
     let started = Instant::now();
-    let state = StateTable::open(pin_dir)?;
+    let state = StateTable::open(pin_dir, maps::NAT64_STATE)?;
     let mut lookup: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_STATE)?;
     let now = monotonic_ns();
     let mut pool_sides: HashMap<CtKey, CtValue> = HashMap::new();

@@ -311,6 +311,35 @@ fn human(status: &Status) -> String {
                     .collect();
                 table(&mut out, &["POOL ADDRESS", "PROTOCOL", "IN USE", "PORTS"], &rows);
             }
+            if let Some(gateway) = &nat64.nat46 {
+                let _ = writeln!(
+                    out,
+                    "nat46:       {} frontend(s), {} flow(s), {} expired, clients from {}",
+                    gateway.frontends.len(),
+                    gateway.flows,
+                    gateway.expired,
+                    gateway.source_prefix
+                );
+                let rows: Vec<Vec<String>> = gateway
+                    .frontends
+                    .iter()
+                    .flat_map(|f| {
+                        let none = [crate::nat46_gw::BackendUse { address: "(none)".into(), ..Default::default() }];
+                        let backends = if f.backends.is_empty() { none.to_vec() } else { f.backends.clone() };
+                        backends.into_iter().map(move |b| {
+                            vec![
+                                f.frontend.clone(),
+                                f.protocol.clone(),
+                                b.address,
+                                b.weight.to_string(),
+                                b.buckets.to_string(),
+                                b.flows.to_string(),
+                            ]
+                        })
+                    })
+                    .collect();
+                table(&mut out, &["FRONTEND", "PROTOCOL", "BACKEND", "WEIGHT", "BUCKETS", "FLOWS"], &rows);
+            }
         }
         None => {
             let _ = writeln!(out, "nat64:       off");

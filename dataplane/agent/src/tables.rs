@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use v6node_abi::{
     maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT,
 };
-use v6node_config::{Nat64, Nat64Filtering};
+use v6node_config::{Nat46, Nat64, Nat64Filtering};
 
 use crate::bpf;
 
@@ -81,6 +81,9 @@ pub struct Nat64Stats {
     /// `[nat64.stateful]`, refreshed by each sweep.
     #[serde(default)]
     pub stateful: Option<crate::nat64_state::StatefulStats>,
+    /// `[nat46]`, its flows refreshed by each sweep.
+    #[serde(default)]
+    pub nat46: Option<crate::nat46_gw::Nat46Stats>,
 }
 
 /// Makes an LPM table (`what`, for errors) hold exactly `wanted`: writes
@@ -111,7 +114,7 @@ pub(crate) fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
 /// in first, then the prefix (one atomic element swap), then stale mappings
 /// come out: a mapping present before and after never disappears, so a
 /// reload does not interrupt the traffic it translates.
-pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
+pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>) -> Result<Nat64Stats> {
     let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
     let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
     let values: Vec<EamValue> = nat64
@@ -137,7 +140,7 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     let stale4 = sync_trie(&mut eam4, &by4, &mut stats4, "EAM")?;
 
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-    let mut value = nat64_config(nat64);
+    let mut value = nat64_config(nat64, nat46);
     // Not this sync's to change: nat64_state::sync writes it once the queues hold that pool.
     value.pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
@@ -151,11 +154,11 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64) -> Result<Nat64Stats> {
     stats.removed = stale6.len().max(stale4.len());
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
-    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None })
+    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None, nat46: None })
 }
 
 /// The translator's single configuration element.
-fn nat64_config(nat64: &Nat64) -> Nat64Config {
+fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>) -> Nat64Config {
     let mut value =
         Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), ..Nat64Config::default() };
     if let Some(stateful) = &nat64.stateful {
@@ -167,6 +170,10 @@ fn nat64_config(nat64: &Nat64) -> Nat64Config {
         value.tcp_established_seconds = stateful.tcp_established_seconds;
         value.tcp_transitory_seconds = stateful.tcp_transitory_seconds;
         value.icmp_seconds = stateful.icmp_seconds;
+    }
+    if let Some(nat46) = nat46 {
+        value.nat46_prefix.copy_from_slice(&nat46.source_prefix.network().octets()[..12]);
+        value.nat46_on = 1;
     }
     value
 }

@@ -3,7 +3,7 @@
 //! of the validator or `Default`, so the agent can use them without checks.
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -66,6 +66,8 @@ pub struct Config {
     pub bigtcp: BigTcp,
     pub filter: Filter,
     pub nat64: Nat64,
+    /// `[nat46]`; `None`: no gateway.
+    pub nat46: Option<Nat46>,
     pub pods: Pods,
     pub kubernetes: Kubernetes,
     pub routing: Routing,
@@ -281,6 +283,68 @@ keywords!(Nat64Filtering, "filtering", {
     EndpointIndependent => "endpoint-independent",
     AddressDependent => "address-dependent",
 });
+
+/// The stateful NAT46 gateway: IPv4 clients reach IPv6 backends through
+/// the frontends (VIP, port, protocol) of `gateways`, on the translator's
+/// devices. Each flow is given a backend by the frontend's weighted Maglev
+/// table and keeps it while the backend stays configured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Nat46 {
+    /// The /96 IPv4 clients are embedded in (RFC 6052) as the backends see
+    /// them; routed to this gateway alone, so replies come back through it.
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub source_prefix: Ipv6Net,
+    #[serde(rename = "gateway")]
+    pub gateways: Vec<Nat46Gateway>,
+    pub udp_seconds: u32,
+    pub tcp_established_seconds: u32,
+    /// Before the backend answers, and after a FIN or RST.
+    pub tcp_transitory_seconds: u32,
+}
+
+/// One `[[nat46.gateway]]`: a frontend and its backends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Nat46Gateway {
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub frontend: SocketAddrV4,
+    pub protocol: Nat46Protocol,
+    pub backends: Vec<Nat46Backend>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Nat46Backend {
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub address: SocketAddrV6,
+    /// Its share of new flows, relative to the others'; 0 drains it: no new
+    /// flows, its flows kept.
+    pub weight: u32,
+}
+
+/// A backend's weight when the config gives none, and the most it may be.
+pub const NAT46_WEIGHT_DEFAULT: u32 = 1;
+pub const NAT46_WEIGHT_MAX: u32 = 1000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Nat46Protocol {
+    Tcp,
+    Udp,
+}
+
+keywords!(Nat46Protocol, "protocol", {
+    Tcp => "tcp",
+    Udp => "udp",
+});
+
+impl Nat46Protocol {
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Nat46Protocol::Tcp => 6,
+            Nat46Protocol::Udp => 17,
+        }
+    }
+}
 
 /// RFC 6052's well-known prefix, 64:ff9b::/96.
 pub fn well_known_prefix() -> Ipv6Net {

@@ -317,7 +317,7 @@ fn unknown_keys() {
     bad(
         "foo = 1",
         "foo",
-        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, pods, kubernetes, routing, services, metrics, log",
+        "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, metrics, log",
     );
     bad("[foo]", "foo", "unknown key `foo`");
     bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");
@@ -796,4 +796,73 @@ fn nat64_stateful_pool_sources_ranges_and_lifetimes() {
         "nat64.stateful.tcp_ports",
         "at most 262144 per protocol",
     );
+}
+
+#[test]
+fn nat46_gateway_frontends_backends_and_weights() {
+    assert!(ok("").nat46.is_none());
+    let head = "[nat64]\ndevices = [\"eth0\"]\n[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n";
+    let with = |extra: &str| format!("{head}{extra}");
+    let c = ok(&with(
+        "[[nat46.gateway]]\nfrontend = \"198.51.100.80:443\"\nbackends = [{ address = \"[2001:db8::a]:8443\", weight = 3 }, \
+         { address = \"[2001:db8::b]:8443\" }, { address = \"[2001:db8::c]:8443\", weight = 0 }]\n\
+         [[nat46.gateway]]\nfrontend = \"198.51.100.80:53\"\nprotocol = \"udp\"\n",
+    ));
+    let n = c.nat46.clone().expect("nat46");
+    assert_eq!(n.source_prefix.to_string(), "2001:db8:46::/96");
+    assert_eq!((n.udp_seconds, n.tcp_established_seconds, n.tcp_transitory_seconds), (300, 7440, 240));
+    let g = &n.gateways[0];
+    assert_eq!((g.frontend.to_string(), g.protocol), ("198.51.100.80:443".into(), Nat46Protocol::Tcp));
+    let weights: Vec<u32> = g.backends.iter().map(|b| b.weight).collect();
+    assert_eq!(weights, [3, 1, 0], "default 1, 0 drains");
+    assert_eq!((n.gateways[1].protocol, n.gateways[1].backends.len()), (Nat46Protocol::Udp, 0));
+    assert_eq!(ok(&toml::to_string(&c).unwrap()).nat46.unwrap(), n, "round trip");
+
+    bad("[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n", "nat46", "nat64.devices");
+    bad(head.trim_end_matches("source_prefix = \"2001:db8:46::/96\"\n"), "nat46.source_prefix", "missing");
+    bad(&head.replace("::/96", "::/64"), "nat46.source_prefix", "a /64");
+    bad(&head.replace("2001:db8:46::/96", "64:ff9b::/96"), "nat46.source_prefix", "overlaps nat64.prefix");
+    let gw = |body: &str| with(&format!("[[nat46.gateway]]\n{body}\n"));
+    bad(&gw("frontend = \"198.51.100.80\""), "nat46.gateway[0].frontend", "not an IPv4 address and port");
+    bad(&gw("frontend = \"198.51.100.80:0\""), "nat46.gateway[0].frontend", "not an IPv4 address and port");
+    bad(&gw("backends = []"), "nat46.gateway[0].frontend", "missing");
+    bad(&gw("frontend = \"198.51.100.80:80\"\nprotocol = \"sctp\""), "nat46.gateway[0].protocol", "tcp, udp");
+    bad(
+        &gw("frontend = \"198.51.100.80:80\"\nbackends = [{ address = \"2001:db8::a\" }]"),
+        "nat46.gateway[0].backends[0].address",
+        "not an IPv6 address and port",
+    );
+    bad(
+        &gw("frontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[::ffff:192.0.2.1]:80\" }]"),
+        "nat46.gateway[0].backends[0].address",
+        "cannot be a backend",
+    );
+    bad(
+        &gw("frontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8:46::1]:80\" }]"),
+        "nat46.gateway[0].backends[0].address",
+        "cannot be a backend",
+    );
+    bad(
+        &gw("frontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::a]:80\", weight = 1001 }]"),
+        "nat46.gateway[0].backends[0].weight",
+        "0..=1000",
+    );
+    bad(
+        &gw("frontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::a]:80\" }, { address = \"[2001:db8::a]:80\" }]"),
+        "nat46.gateway[0].backends[1].address",
+        "backend 0 already",
+    );
+    bad(
+        &with("[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n"),
+        "nat46.gateway[1].frontend",
+        "gateway[0]'s already",
+    );
+    bad(
+        "[nat64]\ndevices = [\"eth0\"]\n[nat64.stateful]\npool = [\"198.51.100.80\"]\nsources = [\"fd00::/8\"]\n\
+         [nat46]\nsource_prefix = \"2001:db8:46::/96\"\n[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n",
+        "nat46.gateway[0].frontend",
+        "nat64.stateful.pool",
+    );
+    bad(&with("udp_seconds = 0\n"), "nat46.udp_seconds", "out of range");
+    bad(&gw("frontend = \"198.51.100.80:80\"\nweight = 2"), "nat46.gateway[0].weight", "unknown key");
 }

@@ -3,7 +3,7 @@
 //! first error reported does not depend on the order keys appear in files.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 use toml::{Table, Value};
@@ -20,7 +20,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
     v.known_keys(
         root,
         "",
-        &["attach", "bigtcp", "filter", "nat64", "pods", "kubernetes", "routing", "services", "metrics", "log"],
+        &["attach", "bigtcp", "filter", "nat64", "nat46", "pods", "kubernetes", "routing", "services", "metrics", "log"],
     )?;
     let mut cfg = Config::default();
 
@@ -66,6 +66,14 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
         if let Some(value) = t.get("stateful") {
             cfg.nat64.stateful = Some(v.nat64_stateful(value, &cfg.nat64)?);
         }
+    }
+
+    if let Some(t) = v.section(
+        root,
+        "nat46",
+        &["source_prefix", "gateway", "udp_seconds", "tcp_established_seconds", "tcp_transitory_seconds"],
+    )? {
+        cfg.nat46 = Some(v.nat46(t, &cfg.nat64)?);
     }
 
     if let Some(t) = v.section(root, "pods", &["prefix", "device"])? {
@@ -454,6 +462,179 @@ impl Validator<'_> {
             icmp_seconds: seconds("icmp_seconds", NAT64_ICMP_SECONDS)?,
         })
     }
+}
+
+impl Validator<'_> {
+    /// `[nat46]`, checked against `nat64` so that no VIP is also an IPv4
+    /// address the translator maps, and replies to the source prefix are
+    /// never taken for the translator's.
+    fn nat46(&self, t: &Table, nat64: &Nat64) -> Result<Nat46> {
+        if nat64.devices.is_empty() {
+            return Err(self.err("nat46", "the gateway runs in the translator: list its devices in nat64.devices"));
+        }
+        let prefix = self.string(t, "nat46.source_prefix")?.ok_or_else(|| {
+            self.err("nat46.source_prefix", "missing; give a /96 routed to this gateway, e.g. 2001:db8:46::/96")
+        })?;
+        let source_prefix = nat46_prefix(prefix).map_err(|r| self.err("nat46.source_prefix", r))?;
+        if source_prefix.contains(&nat64.prefix) || nat64.prefix.contains(&source_prefix) {
+            return Err(self.err(
+                "nat46.source_prefix",
+                format!(
+                    "{source_prefix} overlaps nat64.prefix ({}); the gateway's clients need a prefix of their own",
+                    nat64.prefix
+                ),
+            ));
+        }
+        if let Some(eam) = nat64.eam.iter().find(|e| e.ipv6.contains(&source_prefix) || source_prefix.contains(&e.ipv6)) {
+            return Err(
+                self.err("nat46.source_prefix", format!("{source_prefix} overlaps the explicit address mapping of {}", eam.ipv6))
+            );
+        }
+        let items = match t.get("gateway") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items.iter().collect(),
+            Some(v) => return Err(self.type_err("nat46.gateway", "an array of tables ([[nat46.gateway]])", v)),
+        };
+        let max = v6node_abi::NAT46_FRONTENDS_MAX as usize;
+        if items.len() > max {
+            return Err(self.err("nat46.gateway", format!("{} frontends; at most {max} are supported", items.len())));
+        }
+        let mut gateways: Vec<Nat46Gateway> = Vec::with_capacity(items.len());
+        let mut backends_total = 0;
+        for (i, item) in items.into_iter().enumerate() {
+            let gateway = self.nat46_gateway(&format!("nat46.gateway[{i}]"), item, nat64, &source_prefix)?;
+            if let Some(j) = gateways.iter().position(|g| g.frontend == gateway.frontend && g.protocol == gateway.protocol) {
+                return Err(self.err(
+                    &format!("nat46.gateway[{i}].frontend"),
+                    format!("{} {} is gateway[{j}]'s already", gateway.protocol, gateway.frontend),
+                ));
+            }
+            backends_total += gateway.backends.len();
+            gateways.push(gateway);
+        }
+        let max = v6node_abi::NAT46_BACKENDS_MAX as usize;
+        if backends_total > max {
+            return Err(self.err("nat46.gateway", format!("{backends_total} backends in all; at most {max} are supported")));
+        }
+        let seconds = |key: &str, default: u32| -> Result<u32> {
+            let path = format!("nat46.{key}");
+            match self.integer(t, &path)? {
+                None => Ok(default),
+                Some(n) => u32::try_from(n)
+                    .ok()
+                    .filter(|n| (1..=86400 * 7).contains(n))
+                    .ok_or_else(|| self.err(&path, format!("{n} is out of range; expected 1..={} seconds", 86400 * 7))),
+            }
+        };
+        Ok(Nat46 {
+            source_prefix,
+            gateways,
+            udp_seconds: seconds("udp_seconds", NAT64_UDP_SECONDS)?,
+            tcp_established_seconds: seconds("tcp_established_seconds", NAT64_TCP_ESTABLISHED_SECONDS)?,
+            tcp_transitory_seconds: seconds("tcp_transitory_seconds", NAT64_TCP_TRANSITORY_SECONDS)?,
+        })
+    }
+
+    fn nat46_gateway(&self, key: &str, item: &Value, nat64: &Nat64, source_prefix: &Ipv6Net) -> Result<Nat46Gateway> {
+        let Value::Table(t) = item else {
+            return Err(self.type_err(
+                key,
+                "a table { frontend = \"198.51.100.80:443\", protocol = \"tcp\", backends = [...] }",
+                item,
+            ));
+        };
+        self.known_keys(t, key, &["frontend", "protocol", "backends"])?;
+        let path = format!("{key}.frontend");
+        let frontend: SocketAddrV4 = match t.get("frontend") {
+            Some(Value::String(s)) => s
+                .parse()
+                .ok()
+                .filter(|f: &SocketAddrV4| f.port() != 0)
+                .ok_or_else(|| self.err(&path, format!("`{s}` is not an IPv4 address and port, e.g. 198.51.100.80:443")))?,
+            Some(v) => return Err(self.type_err(&path, "a string", v)),
+            None => return Err(self.err(&path, "missing; the VIP and port clients connect to, e.g. 198.51.100.80:443")),
+        };
+        let vip = *frontend.ip();
+        if let Some(stateful) = &nat64.stateful {
+            if stateful.pool.contains(&vip) {
+                return Err(self.err(&path, format!("{vip} is in nat64.stateful.pool")));
+            }
+        }
+        if let Some(eam) = nat64.eam.iter().find(|e| e.ipv4.contains(&vip)) {
+            return Err(self.err(&path, format!("{vip} is in the explicit address mapping of {}", eam.ipv4)));
+        }
+        if let Some(net) = nat64.translatable.iter().find(|n| n.contains(&vip)) {
+            return Err(self.err(&path, format!("{vip} is in nat64.translatable ({net})")));
+        }
+        let path = format!("{key}.protocol");
+        let protocol = match self.string(t, &path)? {
+            Some(s) => s.parse().map_err(|r| self.err(&path, r))?,
+            None => Nat46Protocol::Tcp,
+        };
+        let path = format!("{key}.backends");
+        let items = match t.get("backends") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items.iter().collect(),
+            Some(v) => {
+                return Err(self.type_err(
+                    &path,
+                    "an array of tables such as [{ address = \"[2001:db8::a]:8080\", weight = 1 }]",
+                    v,
+                ))
+            }
+        };
+        let max = v6node_abi::BACKENDS_PER_SERVICE_MAX as usize;
+        if items.len() > max {
+            return Err(self.err(&path, format!("{} backends; at most {max} a frontend are supported", items.len())));
+        }
+        let mut backends: Vec<Nat46Backend> = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let key = format!("{path}[{i}]");
+            let Value::Table(b) = item else {
+                return Err(self.type_err(&key, "a table { address = \"[2001:db8::a]:8080\", weight = 1 }", item));
+            };
+            self.known_keys(b, &key, &["address", "weight"])?;
+            let addr_path = format!("{key}.address");
+            let address: SocketAddrV6 = match b.get("address") {
+                Some(Value::String(s)) => s.parse().ok().filter(|a: &SocketAddrV6| a.port() != 0).ok_or_else(|| {
+                    self.err(&addr_path, format!("`{s}` is not an IPv6 address and port, e.g. [2001:db8::a]:8080"))
+                })?,
+                Some(v) => return Err(self.type_err(&addr_path, "a string", v)),
+                None => return Err(self.err(&addr_path, "missing; the backend's IPv6 address and port, e.g. [2001:db8::a]:8080")),
+            };
+            let ip = address.ip();
+            if ip.to_ipv4_mapped().is_some() || ip.is_unspecified() || ip.is_multicast() || source_prefix.contains(ip) {
+                return Err(self.err(
+                    &addr_path,
+                    format!("{ip} cannot be a backend: an IPv4-mapped, unspecified, multicast or gateway-client address"),
+                ));
+            }
+            let weight_path = format!("{key}.weight");
+            let weight = match self.integer(b, &weight_path)? {
+                None => NAT46_WEIGHT_DEFAULT,
+                Some(n) => u32::try_from(n).ok().filter(|n| *n <= NAT46_WEIGHT_MAX).ok_or_else(|| {
+                    self.err(&weight_path, format!("{n} is out of range; expected 0..={NAT46_WEIGHT_MAX} (0 drains the backend)"))
+                })?,
+            };
+            if let Some(j) = backends.iter().position(|o| o.address == address) {
+                return Err(self.err(&addr_path, format!("{address} is backend {j} already")));
+            }
+            backends.push(Nat46Backend { address, weight });
+        }
+        Ok(Nat46Gateway { frontend, protocol, backends })
+    }
+}
+
+/// The gateway's source prefix: a /96, host bits zero.
+fn nat46_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let net: Ipv6Net = s.parse().map_err(|_| format!("`{s}` is not an IPv6 prefix; expected e.g. 2001:db8:46::/96"))?;
+    if net.prefix_len() != 96 {
+        return Err(format!("{net} is a /{}; the gateway embeds IPv4 clients in a /96", net.prefix_len()));
+    }
+    if net.network() != net.addr() {
+        return Err(format!("{net} has host bits set; write {}", net.trunc()));
+    }
+    Ok(net)
 }
 
 /// `first-last`, with first at least `lowest`.
