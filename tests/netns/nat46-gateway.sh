@@ -1,0 +1,184 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# The stateful NAT46 gateway end to end on this host's kernel: an IPv4-only
+# client reaches three IPv6-only backends, weighted 1, 2 and 3, through the
+# VIP 198.51.100.80 of the gateway (the agent, translator on every link);
+# the backends see the client as 2001:db8:46::c000:202 and answer with
+# their names:
+#
+#   c4 192.0.2.2 -- gw4 192.0.2.1 (agent) gw-b1 -- b1 2001:db8:6:1::2  weight 1
+#   (route to 198.51.100.0/24 via gw)     gw-b2 -- b2 2001:db8:6:2::2  weight 2
+#                                         gw-b3 -- b3 2001:db8:6:3::2  weight 3
+#
+# Covers TCP and UDP through the VIP, the shares of 12,000 flows against
+# the weights (within 5% of each), a reload that removes b2 (only b2's flows
+# move; TCP connections to b1 and b3 keep their backend, and new flows split
+# 1:3), an agent restart that keeps every flow's backend, a refused reload
+# that changes nothing, and status.
+#
+#   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat46-gateway.sh
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+. "$top/tests/lib.sh"
+. "$here/agent.bash"
+
+for tool in jq python3; do
+    command -v "$tool" >/dev/null || { echo "Bail out! $tool missing (scripts/setup-host)"; exit 1; }
+done
+
+id=v6g$$
+node=$id-gw c4=$id-c4
+backends=("$id-b1" "$id-b2" "$id-b3")
+work=$(mktemp -d)
+root=$work/root
+export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
+flows="python3 $here/nat46-flows.py"
+pids=()
+
+cleanup() {
+    for pid in "${pids[@]}" ${agent_pid:-}; do kill "$pid" 2>/dev/null; done
+    wait 2>/dev/null
+    in_node "$bin" detach --force >/dev/null 2>&1
+    for ns in "$node" "$c4" "${backends[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    rm -rf "$V6NODE_PIN_DIR" "$work"
+}
+trap cleanup EXIT
+at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
+
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+for ns in "$node" "$c4" "${backends[@]}"; do
+    ip netns add "$ns"
+    at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
+    ip -n "$ns" link set lo up
+done
+ip -n "$c4" link add c0 type veth peer name gw4 netns "$node"
+ip -n "$c4" addr add 192.0.2.2/24 dev c0
+ip -n "$node" addr add 192.0.2.1/24 dev gw4
+ip -n "$c4" link set c0 up
+ip -n "$node" link set gw4 up
+ip -n "$c4" route add 198.51.100.0/24 via 192.0.2.1
+for i in 1 2 3; do
+    b=${backends[i - 1]}
+    ip -n "$b" link add b0 type veth peer name "gw-b$i" netns "$node"
+    ip -n "$b" addr add "2001:db8:6:$i::2/64" dev b0
+    ip -n "$node" addr add "2001:db8:6:$i::1/64" dev "gw-b$i"
+    ip -n "$b" link set b0 up
+    ip -n "$node" link set "gw-b$i" up
+    ip -n "$b" route add 2001:db8:46::/96 via "2001:db8:6:$i::1"
+    nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" udp-server "2001:db8:6:$i::2" 5353 "b$i" &
+    pids+=($!)
+    nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" tcp-server "2001:db8:6:$i::2" 8080 "b$i" &
+    pids+=($!)
+done
+at "$node" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
+
+# gateway_config "WEIGHTS": the vendor config with b1..b3 at those weights
+# ("-" leaves one out).
+gateway_config() {
+    local weights=($1) list="" i
+    for i in 1 2 3; do
+        [[ ${weights[i - 1]} == - ]] && continue
+        list+="{ address = \"[2001:db8:6:$i::2]:PORT\", weight = ${weights[i - 1]} }, "
+    done
+    mkdir -p "$root/usr/lib/v6node"
+    cat >"$root/usr/lib/v6node/dataplane.toml" <<TOML
+[services]
+cgroup = ""
+[attach]
+devices = ["gw4", "gw-b*"]
+[bigtcp]
+devices = []
+[nat64]
+devices = ["gw4", "gw-b*"]
+[nat46]
+source_prefix = "2001:db8:46::/96"
+[[nat46.gateway]]
+frontend = "198.51.100.80:53"
+protocol = "udp"
+backends = [${list//PORT/5353}]
+[[nat46.gateway]]
+frontend = "198.51.100.80:80"
+backends = [${list//PORT/8080}]
+TOML
+}
+reload() { in_node "$bin" reload --pid "$agent_pid"; }
+
+gateway_config "1 2 3"
+agent_start
+pass_if "agent with [nat46] becomes ready" test $? = 0
+buckets() { jq_status '[.nat64.nat46.frontends[] | select(.protocol == "udp") | .backends[] | .buckets] | join(" ")'; }
+# 4,099 buckets in shares of 1/6, 2/6 and 3/6.
+pass_if "status: the UDP frontend's Maglev table holds 683, 1366 and 2050 buckets" test "$(buckets)" = "683 1366 2050"
+
+# within5 FILE NAME WEIGHT TOTAL: NAME answered WEIGHT/TOTAL of FILE's flows, within 5% of that.
+within5() {
+    awk -v name="$2" -v w="$3" -v total="$4" '
+        { n++; if ($2 == name) hit++ }
+        END {
+            share = hit / n; want = w / total
+            printf "%s: %d of %d flows (%.4f, weight %d/%d = %.4f)\n", name, hit, n, share, w, total, want
+            exit !(share > want * 0.95 && share < want * 1.05)
+        }' "$1"
+}
+
+# --- TCP through the VIP, held across what follows ---------------------------------
+nsenter --net="/run/netns/$c4" python3 "$here/nat46-flows.py" tcp-hold 198.51.100.80 80 60 "$work/go" "$work/tcp" &
+pids+=($!)
+pass_if "60 TCP connections to 198.51.100.80:80, each answered by a backend" retry 30 grep -qx 'open 60' "$work/tcp"
+pass_if "...spread over all three backends" test "$(sort -u "$work/tcp.names" | paste -sd' ')" = "b1 b2 b3"
+
+# --- 12,000 UDP flows ------------------------------------------------------------
+at "$c4" $flows udp-flows 198.51.100.80 53 20000 12000 >"$work/udp-1"
+pass_if "12,000 UDP flows to 198.51.100.80:53, every one answered" \
+    test "$(wc -l <"$work/udp-1") $(grep -c ' -$' "$work/udp-1")" = "12000 0"
+for i in 1 2 3; do
+    pass_if "b$i's share of the flows is within 5% of weight $i/6" within5 "$work/udp-1" "b$i" "$i" 6
+done
+flows_of() { jq_status --arg b "$1" '[.nat64.nat46.frontends[] | select(.protocol == "udp") | .backends[] | select(.address == $b) | .flows] | add'; }
+counted_flows() { test "$(flows_of "[2001:db8:6:1::2]:5353")" = "$(grep -c ' b1$' "$work/udp-1")"; }
+pass_if "status: b1's flow count (after a sweep) is the flows b1 answered" retry 30 counted_flows
+
+# --- b2 removed: only its flows move ----------------------------------------------
+gateway_config "1 - 3"
+pass_if "a reload removes b2" reload
+at "$c4" $flows udp-flows 198.51.100.80 53 20000 12000 >"$work/udp-2"
+moved() { # FILE: flows whose backend changed from udp-1, "kept", "moved off b2", "moved elsewhere"
+    join "$work/udp-1" "$1" | awk '
+        $2 == $3 { kept++; next }
+        $2 == "b2" && $3 != "-" { off++; next }
+        { other++ }
+        END { printf "%d %d %d\n", kept, off, other }'
+}
+b2_flows=$(grep -c ' b2$' "$work/udp-1")
+pass_if "every b1 and b3 flow keeps its backend, every b2 flow moves to b1 or b3" \
+    test "$(moved "$work/udp-2")" = "$((12000 - b2_flows)) $b2_flows 0"
+touch "$work/go"
+kept_tcp=$(grep -cv '^b2$' "$work/tcp.names")
+pass_if "the $kept_tcp TCP connections on b1 and b3 are answered by the same backend again" \
+    retry 30 grep -qx "open 60 same $kept_tcp" "$work/tcp"
+at "$c4" $flows udp-flows 198.51.100.80 53 40000 6000 >"$work/udp-new"
+pass_if "6,000 new flows: b1 takes 1/4 within 5%" within5 "$work/udp-new" b1 1 4
+pass_if "...b3 3/4 within 5%" within5 "$work/udp-new" b3 3 4
+pass_if "...and b2 none" test "$(grep -c ' b2$' "$work/udp-new")" = 0
+
+# --- an agent restart keeps every flow's backend ----------------------------------
+agent_stop
+agent_start
+pass_if "the agent restarts" test $? = 0
+at "$c4" $flows udp-flows 198.51.100.80 53 20000 12000 >"$work/udp-3"
+pass_if "after the restart all 12,000 flows are answered by the same backends as before it" \
+    cmp -s "$work/udp-2" "$work/udp-3"
+
+# --- a refused reload changes nothing ---------------------------------------------
+sed -i 's/weight = 3/weight = 5000/' "$root/usr/lib/v6node/dataplane.toml"
+refusal=$(reload 2>&1)
+pass_if "a reload with weight 5000 is refused, naming the key and the range" \
+    grep -q 'nat46.gateway\[0\].backends\[1\].weight.*0..=1000' <<<"$refusal"
+at "$c4" $flows udp-flows 198.51.100.80 53 20000 3000 >"$work/udp-4"
+pass_if "...and the flows are served as before" test "$(head -3000 "$work/udp-2" | cmp - "$work/udp-4" && echo same)" = same
+# (status exits 1 while the refused reload is listed as a problem)
+row() { in_node "$bin" status >"$work/status.txt"; grep -E '^ +198\.51\.100\.80:53 +udp +\[2001:db8:6:3::2\]:5353 +3 +3074 +[0-9]+$' "$work/status.txt"; }
+pass_if "status text: b3's row, weight 3, 3/4 of 4,099 buckets, its flows" row
+
+tap_done
