@@ -1053,6 +1053,28 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
 }
 
 
+/*
+ * RFC 7915 4.1: a DF-clear packet too big for the IPv6 next hop is
+ * fragmented, not refused. A BPF program sends one packet, so the kernel
+ * does it: marked, the packet is routed out of the agent's fragmentation
+ * link (abi.h) and its fragments are translated one by one as they come
+ * back in. Returns 1 when the packet is marked so. Never twice (a
+ * fragment still too big gets the Fragmentation Needed), and not the
+ * stateful paths' packets: their ports are rewritten already and their
+ * fragments are refused.
+ */
+static __noinline int v6n_fragment_by_kernel(struct __sk_buff *skb, __be32 daddr)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+
+	if (!cfg || !cfg->fragment_mark || skb->mark == cfg->fragment_mark)
+		return 0;
+	if (v6n_nat46_is_vip(daddr) || v6n_nat64_is_pool(daddr))
+		return 0;
+	skb->mark = cfg->fragment_mark;
+	return 1;
+}
+
 static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 {
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
@@ -1181,12 +1203,11 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	fib.tot_len = skb->gso_segs > 1 ? 0 : V6N_IP6_HLEN + frag_len + l4_len;
 	int rc = v6n_fib_lookup(skb, &fib);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-		/*
-		 * IPv6 routers never fragment, and neither does this one: DF-clear
-		 * packets get the same Fragmentation Needed, which Linux senders
-		 * honour by fragmenting smaller (RFC 7915 would have the
-		 * translator fragment them instead).
-		 */
+		/* ICMP is translated whole (ICMPv6 sums a pseudo-header), and so
+		 * is UDP without a checksum: neither may be cut up. */
+		if (!(h.ip.frag_off & bpf_htons(V6N_IP4_DF)) && protocol != IPPROTO_ICMPV6 && !udp_no_csum &&
+		    v6n_fragment_by_kernel(skb, h.ip.daddr))
+			return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_FRAGMENT);
 		__u32 mtu = fib.mtu_result - (V6N_IP6_HLEN - V6N_IP4_HLEN) - frag_len;
 		return V6N_OUTCOME(V6N_ACT_TOO_BIG, V6N_REASON_DROP_TOO_BIG) | ((mtu & 0xffff) << 16);
 	}

@@ -136,6 +136,7 @@ impl Reason {
         Reason::V6N_REASON_DROP_NAT46_CLASH,
         Reason::V6N_REASON_DROP_NAT46_NO_FLOW,
         Reason::V6N_REASON_DROP_NAT46_STATE_FULL,
+        Reason::V6N_REASON_XLAT_TO_FRAGMENT,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -165,6 +166,7 @@ impl Reason {
             Reason::V6N_REASON_DROP_NAT46_CLASH => "nat46_clash",
             Reason::V6N_REASON_DROP_NAT46_NO_FLOW => "nat46_no_flow",
             Reason::V6N_REASON_DROP_NAT46_STATE_FULL => "nat46_state_full",
+            Reason::V6N_REASON_XLAT_TO_FRAGMENT => "translated_after_fragmenting",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -179,6 +181,7 @@ impl Reason {
             Reason::V6N_REASON_PASS
                 | Reason::V6N_REASON_XLAT_FORWARDED
                 | Reason::V6N_REASON_XLAT_TO_STACK
+                | Reason::V6N_REASON_XLAT_TO_FRAGMENT
                 | Reason::V6N_REASON_ROUTED
                 | Reason::V6N_REASON_LB_TRANSLATED
                 | Reason::V6N_REASON_LB_TRACKED
@@ -246,7 +249,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Lpm6Key>(), 20);
         assert_eq!(std::mem::size_of::<Lpm4Key>(), 8);
         assert_eq!(std::mem::size_of::<EamValue>(), 28);
-        assert_eq!(std::mem::size_of::<Nat64Config>(), 56);
+        assert_eq!(std::mem::size_of::<Nat64Config>(), 60);
         assert_eq!(std::mem::size_of::<Nat64Port>(), 8);
         assert_eq!(std::mem::size_of::<EndpointKey>(), 16);
         assert_eq!(std::mem::size_of::<EndpointValue>(), 20);

@@ -327,6 +327,44 @@ fn packets_too_big_for_the_next_hop_get_ptb_or_fragmentation_needed() {
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_TOO_BIG), 1);
 }
 
+#[test]
+fn df_clear_ipv4_too_big_for_ipv6_goes_to_the_kernel_marked_to_be_fragmented() {
+    let net = Net::enter();
+    let mut xlat = Xlat::load("fragment");
+    net.set_mtu("v6", 1280);
+    let big = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, &[9; 1300 - 28]), Some(6)));
+    // Without a fragmentation link: Fragmentation Needed, DF or not.
+    let run = xlat.run(&big, net.v4);
+    assert_eq!((run.verdict, l3(&run.packet)[20]), (TC_ACT_REDIRECT, 3));
+
+    const MARK: u32 = 0x7646_0000;
+    xlat.set_fragment_mark(MARK);
+    let run = xlat.run(&big, net.v4);
+    assert_eq!(run.verdict, TC_ACT_OK, "to the kernel");
+    assert_eq!(run.mark, MARK, "marked for the fragmentation link's route");
+    assert_eq!(run.packet, big, "untouched: its fragments are translated when they come back");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 1);
+
+    // A fragment that comes back still too big is refused, not sent round again.
+    let run = xlat.run_marked(&big, net.v4, MARK);
+    assert_eq!((run.verdict, l3(&run.packet)[20], l3(&run.packet)[21]), (TC_ACT_REDIRECT, 3, 4), "Fragmentation Needed");
+    // DF set, an ICMP message (translated whole), UDP without a checksum: refused as before.
+    let df = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0x4000, &udp(1, 2, &[9; 1300 - 28]), Some(6)));
+    let ping = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 1, 0, &icmp(8, 0, [0, 1, 0, 1], &[0; 1300 - 28]), Some(2)));
+    let no_sum = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0, &udp(1, 2, &[9; 1300 - 28]), None));
+    for frame in [df, ping, no_sum] {
+        let run = xlat.run(&frame, net.v4);
+        assert_eq!((run.verdict, run.mark), (TC_ACT_REDIRECT, 0));
+    }
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 1);
+
+    // The fragments the kernel makes (1252 bytes of IPv4 and less) are translated.
+    let first = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 63, 17, 0x2000, &[9; 1232], None));
+    let run = xlat.run_marked(&first, net.v4, MARK);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_eq!(l3(&run.packet).len(), 1280, "a full IPv6 packet: 40 + 8 (Fragment header) + 1232");
+}
+
 /// An ICMPv6 error from the IPv6 host about a UDP datagram the IPv4 host sent
 /// it (as the translator delivered it).
 fn icmp6_error_about_udp(kind: u8, code: u8, rest: [u8; 4]) -> Vec<u8> {

@@ -31,6 +31,8 @@ pub const TC_ACT_REDIRECT: u32 = 7;
 pub struct Run {
     pub verdict: u32,
     pub packet: Vec<u8>,
+    /// skb->mark as the program left it.
+    pub mark: u32,
 }
 
 /// A pin directory of a test's own under /sys/fs/bpf, removed when dropped.
@@ -65,16 +67,35 @@ pub fn load_object(object: &[u8], programs: &[&str], test: &str) -> (Ebpf, PinDi
 /// Runs `program` on `packet` as if it had arrived on (or been sent
 /// through) device `ifindex`, which sets where FIB lookups start.
 pub fn try_run_program(ebpf: &Ebpf, program: &str, packet: &[u8], ifindex: u32) -> Result<Run, aya::programs::ProgramError> {
+    try_run_marked(ebpf, program, packet, ifindex, 0)
+}
+
+/// As `try_run_program`, the packet carrying skb->mark `mark`.
+pub fn try_run_marked(
+    ebpf: &Ebpf,
+    program: &str,
+    packet: &[u8],
+    ifindex: u32,
+    mark: u32,
+) -> Result<Run, aya::programs::ProgramError> {
     let program: &SchedClassifier = ebpf.program(program).unwrap().try_into().unwrap();
-    // struct __sk_buff: ingress_ifindex at 36, ifindex at 40; 192 bytes.
+    // struct __sk_buff: mark at 8, ingress_ifindex at 36, ifindex at 40; 192 bytes.
     let mut ctx = [0u8; 192];
+    ctx[8..12].copy_from_slice(&mark.to_ne_bytes());
     ctx[36..40].copy_from_slice(&ifindex.to_ne_bytes());
     ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
+    let mut ctx_out = [0u8; 192];
     let mut out = vec![0u8; 16384];
-    let options = TestRunOptions { data_in: Some(packet), data_out: Some(&mut out), ctx_in: Some(&ctx), ..TestRunOptions::new() };
+    let options = TestRunOptions {
+        data_in: Some(packet),
+        data_out: Some(&mut out),
+        ctx_in: Some(&ctx),
+        ctx_out: Some(&mut ctx_out),
+        ..TestRunOptions::new()
+    };
     let result = program.test_run(options)?;
     out.truncate(result.data_size_out as usize);
-    Ok(Run { verdict: result.return_value, packet: out })
+    Ok(Run { verdict: result.return_value, packet: out, mark: u32::from_ne_bytes(ctx_out[8..12].try_into().unwrap()) })
 }
 
 /// Every slot of the object's counter map as (key, packets, bytes), summed

@@ -10,7 +10,7 @@ use aya::{
 };
 use v6node_abi::{maps, CtKey, CtValue, Direction, EamValue, Nat64Config, Nat64PoolValue, Nat64Port, Reason};
 
-use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_program, PinDir, Run};
+use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_marked, try_run_program, PinDir, Run};
 
 pub static NAT64_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/nat64.bpf.o"));
 
@@ -80,6 +80,12 @@ impl Xlat {
             c.prefix = prefix.octets();
             c.prefix_len = len;
         });
+    }
+
+    /// RFC 7915 4.1 by the kernel: DF-clear packets too big for IPv6 leave
+    /// to be fragmented with this mark.
+    pub fn set_fragment_mark(&mut self, mark: u32) {
+        self.update_config(|c| c.fragment_mark = mark);
     }
 
     fn update_config(&mut self, change: impl FnOnce(&mut Nat64Config)) {
@@ -159,6 +165,11 @@ impl Xlat {
     /// (BPF_PROG_TEST_RUN wants at least the headers its ethertype implies).
     pub fn try_run(&self, packet: &[u8], ifindex: u32) -> Result<Run, aya::programs::ProgramError> {
         try_run_program(&self.ebpf, "v6n_nat64", packet, ifindex)
+    }
+
+    /// As `run`, the packet carrying skb->mark `mark`.
+    pub fn run_marked(&self, packet: &[u8], ifindex: u32, mark: u32) -> Run {
+        try_run_marked(&self.ebpf, "v6n_nat64", packet, ifindex, mark).expect("BPF_PROG_TEST_RUN")
     }
 
     /// Packets counted under (direction, reason), over all devices.

@@ -44,6 +44,7 @@ enum v6n_reason {
 	V6N_REASON_DROP_NAT46_CLASH = 21,      /* the client's address and port reach this backend by another frontend */
 	V6N_REASON_DROP_NAT46_NO_FLOW = 22,    /* a backend's packet to a client the gateway has no flow for */
 	V6N_REASON_DROP_NAT46_STATE_FULL = 23, /* the flow table has no room for a new flow */
+	V6N_REASON_XLAT_TO_FRAGMENT = 24, /* DF clear and too big: to the kernel to fragment, then translated */
 	V6N_REASON_COUNT
 };
 
@@ -103,6 +104,13 @@ struct v6n_nat64_config {
 	__u8 nat46_prefix[12];
 	__u8 nat46_on;
 	__u8 pad2[3];
+	/* RFC 7915 4.1: a DF-clear IPv4 packet too big for the IPv6 next hop
+	 * goes to the kernel with this mark, which routes it out of the
+	 * agent's fragmentation link (agent/src/fragmenter.rs) with an MTU
+	 * that leaves room for the headers translation adds; the fragments
+	 * come back in at its peer and are translated one by one. 0: no such
+	 * link, a Fragmentation Needed instead. */
+	__u32 fragment_mark;
 };
 
 /* RFC 4787 filtering of packets from IPv4 to a binding. */
