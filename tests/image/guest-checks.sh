@@ -445,7 +445,8 @@ gateway_translator_attached() {
     local links
     links=$(v6node-dataplane status --json | jq -r '[.links[] | select(.direction == "nat64" and .attached) | .device] | sort | join(" ")')
     echo "nat64 on: $links"
-    [[ "$links" == "enp0s8 enp0s9" ]] && bpftool prog show | grep -q 'name v6n_nat64'
+    # v6n-frag1: where DF-clear IPv4 fragments come back in to be translated.
+    [[ "$links" == "enp0s8 enp0s9 v6n-frag1" ]] && bpftool prog show | grep -q 'name v6n_nat64'
 }
 gateway_translates() { # the host side's traffic shows in both directions' counters
     local six four

@@ -98,9 +98,9 @@ agent=$!
 pids+=($agent)
 ready() { for _ in $(seq 200); do [[ -n "$(state '.ready_after_ms // empty')" ]] && return 0; sleep 0.05; done; return 1; }
 pass_if "agent with [nat64] becomes ready" ready
-pass_if "status: the translator is attached to gw6 and gw4, after the host programs" \
+pass_if "status: the translator is attached to gw6, gw4 and its fragmentation link, after the host programs" \
     test "$(jq_status '[.links[] | select(.attached) | "\(.device)-\(.direction)-\(.program)"] | sort | join(" ")')" \
-    = "gw4-egress-v6n_to_dev gw4-ingress-v6n_from_dev gw4-nat64-v6n_nat64 gw6-egress-v6n_to_dev gw6-ingress-v6n_from_dev gw6-nat64-v6n_nat64"
+    = "gw4-egress-v6n_to_dev gw4-ingress-v6n_from_dev gw4-nat64-v6n_nat64 gw6-egress-v6n_to_dev gw6-ingress-v6n_from_dev gw6-nat64-v6n_nat64 v6n-frag1-nat64-v6n_nat64"
 pass_if "status: prefix and one mapping" test "$(jq_status '.nat64 | "\(.prefix) \(.eam.entries)"')" = "64:ff9b::/96 1"
 pass_if "bpftool prog show lists v6n_nat64" bash -c "bpftool prog show | grep -q 'name v6n_nat64'"
 
@@ -143,12 +143,37 @@ pass_if "hop limit 3: the IPv4 host answers" bash -c "$(declare -f at hop); hop 
 pass_if "TTL 2 from the IPv4 side: Time Exceeded from the translator (192.0.2.1)" \
     bash -c "$(declare -f at hop); hop $v4 2 198.51.100.6 | grep -E 'From 192.0.2.1 .*Time to live exceeded'"
 
+counter() { jq_status --arg dev "$1" --arg d "$2" --arg r "$3" '[.counters[] | select(.device == $dev and .direction == $d and .reason == $r) | .packets] | add // 0'; }
+
 # --- path MTU, IPv4 side towards a smaller IPv6 link -------------------------------
 ip -n "$gw" link set gw6 mtu 1280
 ip -n "$v6" link set v6h0 mtu 1280
 pass_if "DF ping 1328 bytes IPv4 -> IPv6 over a 1280 link: Frag Needed, mtu 1260, from the translator" \
     bash -c "nsenter --net=/run/netns/$v4 ping -c 2 -i 0.2 -W 1 -M do -s 1300 198.51.100.6 2>&1 | grep -E 'From 192.0.2.1 .*(Frag needed|mtu = 1260)'"
 pass_if "the IPv4 host learnt path MTU 1260" bash -c "ip -n $v4 route get 198.51.100.6 | grep -q 'mtu 1260'"
+# RFC 7915 4.1: without DF the translator fragments instead.
+df_clear() { # one 1300-byte datagram IPv4 -> IPv6, DF clear: prints what arrived
+    at "$v6" python3 -c '
+import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.bind(("2001:db8:6::2", 9998))
+s.settimeout(5)
+print(len(s.recv(65535)))' >"$work/df-clear" 2>&1 &
+    local receiver=$!
+    sleep 0.3
+    at "$v4" python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER: IP_PMTUDISC_DONT
+s.sendto(bytes(1300), ("198.51.100.6", 9998))'
+    wait "$receiver"
+    cat "$work/df-clear"
+}
+before=$(counter gw4 4to6 translated_after_fragmenting)
+pass_if "a DF-clear 1328-byte IPv4 datagram over the 1280 link arrives whole, fragmented by the translator" \
+    test "$(df_clear)" = 1300
+pass_if "...counted as translated after fragmenting, and its fragments translated on $(jq_status '.nat64 | "v6n-frag1 (MTU \(.fragment_mtu))"')" \
+    test "$(($(counter gw4 4to6 translated_after_fragmenting) - before)) $(counter v6n-frag1 4to6 translated)" = "1 2"
 ip -n "$gw" link set gw6 mtu 1500
 ip -n "$v6" link set v6h0 mtu 1500
 
@@ -234,7 +259,6 @@ pass_if "the IPv6-only host fetches http://ipv4only.test:8080/ by name through t
     test "$(ip netns exec "$v6" curl -sf --max-time 5 http://ipv4only.test:8080/hello)" = "served over IPv4"
 
 # --- counters ----------------------------------------------------------------------
-counter() { jq_status --arg dev "$1" --arg d "$2" --arg r "$3" '[.counters[] | select(.device == $dev and .direction == $d and .reason == $r) | .packets] | add // 0'; }
 pass_if "counters: 6to4 translated on gw6" test "$(counter gw6 6to4 translated)" -gt 1000
 pass_if "counters: 4to6 translated on gw4" test "$(counter gw4 4to6 translated)" -gt 1000
 pass_if "counters: hop limit exceeded on both sides" \

@@ -31,7 +31,7 @@ use crate::{
     cluster::{self, Cluster},
     connections::{self, LeftBackend},
     endpoints::Endpoints,
-    files, health_checks, logging, metrics, nat46_gw, nat64_state, netdev,
+    files, fragmenter, health_checks, logging, metrics, nat46_gw, nat64_state, netdev,
     paths::Paths,
     selftest,
     services::{Outside, ServiceTables},
@@ -279,9 +279,14 @@ impl Daemon {
         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     }
 
-    /// The devices present now whose names match one of `patterns`.
+    /// The devices present now whose names match one of `patterns`; never
+    /// the fragmentation link, which is the agent's own.
     fn wanted(patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
-        Ok(netdev::devices()?.into_iter().filter(|(name, _)| patterns.iter().any(|p| p.matches(name))).collect())
+        Ok(netdev::devices()?
+            .into_iter()
+            .filter(|(name, _)| name != fragmenter::LINK && name != fragmenter::PEER)
+            .filter(|(name, _)| patterns.iter().any(|p| p.matches(name)))
+            .collect())
     }
 
     /// Host programs on attach.devices, the translator on nat64.devices,
@@ -295,6 +300,12 @@ impl Daemon {
         }
         for (device, ifindex) in Self::wanted(&config.nat64.devices)? {
             wanted.insert((device, AttachPoint::Nat64), Target { ifindex, netkit: false });
+        }
+        // Where the fragments of DF-clear packets come back in, to be translated.
+        if !config.nat64.devices.is_empty() {
+            if let Some(ifindex) = netdev::devices()?.get(fragmenter::PEER) {
+                wanted.insert((fragmenter::PEER.to_string(), AttachPoint::Nat64), Target { ifindex: *ifindex, netkit: false });
+            }
         }
         self.endpoints.wanted(&mut wanted);
         Ok(wanted)
@@ -323,6 +334,19 @@ impl Daemon {
                 }
             }),
             Err(e) => log::error!("sweeping the NAT64 bindings: {e:#}"),
+        }
+    }
+
+    /// The link the kernel fragments DF-clear IPv4 packets on before they
+    /// are translated (RFC 7915 4.1): its MTU, or None (logged) when it
+    /// cannot be made, and such packets get a Fragmentation Needed instead.
+    async fn fragmentation_link(&self) -> Option<u32> {
+        match fragmenter::ensure(&self.netlink).await {
+            Ok(()) => Some(fragmenter::MTU),
+            Err(e) => {
+                log::warn!("{e:#}: DF-clear IPv4 packets too big for IPv6 get Fragmentation Needed");
+                None
+            }
         }
     }
 
@@ -552,10 +576,16 @@ impl Daemon {
             deny.write_micros
         );
         let nat64 = if config.nat64.devices.is_empty() {
+            if let Err(e) = fragmenter::remove(&self.netlink).await {
+                log::warn!("removing the fragmentation link: {e:#}");
+            }
             None
         } else {
             self.attacher.prepare_nat64()?;
-            let mut stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64, config.nat46.as_ref())?;
+            let fragment_mtu = self.fragmentation_link().await;
+            let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
+            let mut stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
+            stats.fragment_mtu = fragment_mtu;
             stats.stateful = nat64_state::sync(&self.paths.pin_dir, config.nat64.stateful.as_ref())?;
             stats.nat46 = nat46_gw::sync(&self.paths.pin_dir, config.nat46.as_ref())?;
             if let Some(gateway) = &stats.nat46 {

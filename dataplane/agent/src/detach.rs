@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::{
     attach::{detach_clsact, pinned_links, program_pin, AttachPoint},
-    bpf, files, netdev,
+    bpf, files, fragmenter, netdev,
     paths::Paths,
     sockets, state,
 };
@@ -36,6 +36,16 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
                 removed += 1;
             }
         }
+    }
+    let fragmenting =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?.block_on(async {
+            let (connection, handle, _) = rtnetlink::new_connection().context("opening rtnetlink")?;
+            tokio::spawn(connection);
+            fragmenter::remove(&handle).await
+        });
+    match fragmenting {
+        Ok(()) => println!("removed the fragmentation link {} (if any)", fragmenter::LINK),
+        Err(e) => eprintln!("the fragmentation link: {e:#}"),
     }
     let hooks = sockets::remove_all(paths);
     if hooks > 0 {

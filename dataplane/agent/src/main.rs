@@ -12,6 +12,7 @@ mod daemon;
 mod detach;
 mod endpoints;
 mod files;
+mod fragmenter;
 mod health_checks;
 mod linkinfo;
 mod logging;

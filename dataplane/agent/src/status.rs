@@ -298,6 +298,14 @@ fn human(status: &Status) -> String {
                 "nat64:       prefix {}, {} explicit address mapping(s), {} translatable IPv4 range(s)",
                 nat64.prefix, nat64.eam.entries, nat64.translatable.entries
             );
+            match nat64.fragment_mtu {
+                Some(mtu) => {
+                    let _ = writeln!(out, "nat64 frag:  DF-clear IPv4 too big for IPv6 is cut to {mtu} bytes (RFC 7915 4.1)");
+                }
+                None => {
+                    let _ = writeln!(out, "nat64 frag:  none: DF-clear IPv4 too big for IPv6 gets Fragmentation Needed");
+                }
+            }
             if let Some(pool) = &nat64.stateful {
                 let _ = writeln!(
                     out,

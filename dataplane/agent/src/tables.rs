@@ -84,6 +84,10 @@ pub struct Nat64Stats {
     /// `[nat46]`, its flows refreshed by each sweep.
     #[serde(default)]
     pub nat46: Option<crate::nat46_gw::Nat46Stats>,
+    /// The fragmentation link's MTU: DF-clear IPv4 packets too big for
+    /// IPv6 are cut to it; None: they get a Fragmentation Needed.
+    #[serde(default)]
+    pub fragment_mtu: Option<u32>,
 }
 
 /// Makes an LPM table (`what`, for errors) hold exactly `wanted`: writes
@@ -114,7 +118,7 @@ pub(crate) fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
 /// in first, then the prefix (one atomic element swap), then stale mappings
 /// come out: a mapping present before and after never disappears, so a
 /// reload does not interrupt the traffic it translates.
-pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>) -> Result<Nat64Stats> {
+pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32) -> Result<Nat64Stats> {
     let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
     let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
     let values: Vec<EamValue> = nat64
@@ -141,6 +145,7 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>) -> Resul
 
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
     let mut value = nat64_config(nat64, nat46);
+    value.fragment_mark = fragment_mark;
     // Not this sync's to change: nat64_state::sync writes it once the queues hold that pool.
     value.pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
@@ -154,7 +159,7 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>) -> Resul
     stats.removed = stale6.len().max(stale4.len());
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
-    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None, nat46: None })
+    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None, nat46: None, fragment_mtu: None })
 }
 
 /// The translator's single configuration element.
