@@ -169,10 +169,11 @@ impl Tables {
     }
 }
 
-/// Makes the tables hold `[nat46]` (or nothing). New backends and tables go
-/// in first, then the frontends and VIPs that use them, then what is stale
-/// comes out: a frontend present before and after never stops serving, and
-/// its flows keep their backends (the flow table is the sweep's).
+/// Makes the tables hold `[nat46]` (or nothing, flows included). New
+/// backends and tables go in first, then the frontends and VIPs that use
+/// them, then what is stale comes out: a frontend present before and after
+/// never stops serving, and its flows keep their backends (the flow table
+/// is the sweep's while there is a gateway).
 pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>> {
     let mut tables = Tables::open(pin_dir)?;
     let (current_frontends, current_backends) = tables.read()?;
@@ -255,6 +256,12 @@ pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>>
     let live_backends: BTreeSet<u32> = ids.backends.iter().flatten().copied().collect();
     for id in current_backends.keys().filter(|id| !live_backends.contains(id)) {
         tables.backends.remove(id).context("removing a stale NAT46 backend")?;
+    }
+    if nat46.is_none() {
+        // No gateway, no sweep: its flows go now.
+        let state = StateTable::open(pin_dir, maps::NAT46_STATE)?;
+        let keys: Vec<CtKey> = state.entries()?.into_iter().map(|(key, _)| key).collect();
+        state.remove(&keys)?;
     }
     Ok(nat46.map(|_| stats))
 }

@@ -439,16 +439,7 @@ impl Validator<'_> {
             Some(s) => s.parse().map_err(|r| self.err("nat64.stateful.filtering", r))?,
             None => Nat64Filtering::default(),
         };
-        let seconds = |key: &str, default: u32| -> Result<u32> {
-            let path = format!("nat64.stateful.{key}");
-            match self.integer(t, &path)? {
-                None => Ok(default),
-                Some(n) => u32::try_from(n)
-                    .ok()
-                    .filter(|n| (1..=86400 * 7).contains(n))
-                    .ok_or_else(|| self.err(&path, format!("{n} is out of range; expected 1..={} seconds", 86400 * 7))),
-            }
-        };
+        let seconds = |key: &str, default: u32| self.lifetime(t, &format!("nat64.stateful.{key}"), default);
         Ok(Nat64Stateful {
             pool,
             sources,
@@ -465,6 +456,19 @@ impl Validator<'_> {
 }
 
 impl Validator<'_> {
+    /// A state's lifetime in seconds at `path`: 1 s to a week, `default`
+    /// when absent.
+    fn lifetime(&self, t: &Table, path: &str, default: u32) -> Result<u32> {
+        const WEEK: u32 = 86400 * 7;
+        match self.integer(t, path)? {
+            None => Ok(default),
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=WEEK).contains(n))
+                .ok_or_else(|| self.err(path, format!("{n} is out of range; expected 1..={WEEK} seconds"))),
+        }
+    }
+
     /// `[nat46]`, checked against `nat64` so that no VIP is also an IPv4
     /// address the translator maps, and replies to the source prefix are
     /// never taken for the translator's.
@@ -516,16 +520,7 @@ impl Validator<'_> {
         if backends_total > max {
             return Err(self.err("nat46.gateway", format!("{backends_total} backends in all; at most {max} are supported")));
         }
-        let seconds = |key: &str, default: u32| -> Result<u32> {
-            let path = format!("nat46.{key}");
-            match self.integer(t, &path)? {
-                None => Ok(default),
-                Some(n) => u32::try_from(n)
-                    .ok()
-                    .filter(|n| (1..=86400 * 7).contains(n))
-                    .ok_or_else(|| self.err(&path, format!("{n} is out of range; expected 1..={} seconds", 86400 * 7))),
-            }
-        };
+        let seconds = |key: &str, default: u32| self.lifetime(t, &format!("nat46.{key}"), default);
         Ok(Nat46 {
             source_prefix,
             gateways,
