@@ -78,6 +78,8 @@ test-conformance conformance:
 
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
 ## agent against bpftool, the translator against plain forwarding and tayga,
+## stateful NAT64 against the kernel's NAT44 and the NAT46 gateway against
+## its DNAT,
 ## pod to pod on one node and across two (against the kernel's routing path
 ## and a single veth pair), a ClusterIP against kube-proxy (nftables and
 ## iptables) and the pod's own address, a NodePort from outside against the
@@ -86,6 +88,8 @@ test-conformance conformance:
 bench:
 	tests/bench/dataplane
 	tests/bench/nat64 5 3
+	tests/bench/nat64-stateful 5 3
+	tests/bench/nat46-gateway 5 3
 	tests/bench/pods
 	tests/bench/nodes
 	tests/bench/services
