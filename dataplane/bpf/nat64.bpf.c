@@ -5,7 +5,11 @@
  * mapped destinations become IPv4, and IPv4 packets to EAM destinations or
  * into nat64.translatable ranges (IPv4-embedded under the prefix) become
  * IPv6; both are then sent to the FIB's next hop. Everything else passes
- * untouched. No per-flow state: the maps hold only configuration.
+ * untouched. The translation itself keeps no per-flow state; in front of it
+ * sit stateful NAT64 (lib/nat64_state.h: IPv6 clients borrowing a pool's
+ * transport addresses) and the NAT46 gateway (lib/nat46_gw.h: IPv4 clients
+ * to a VIP's IPv6 backends), which rewrite ports and hand the translator
+ * the addresses to use.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -1052,12 +1056,11 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
 	return 0;
 }
 
-
 /*
  * RFC 7915 4.1: a DF-clear packet too big for the IPv6 next hop is
  * fragmented, not refused. A BPF program sends one packet, so the kernel
  * does it: marked, the packet is routed out of the agent's fragmentation
- * link (abi.h) and its fragments are translated one by one as they come
+ * link (agent/src/fragmenter.rs) and its fragments are translated one by one as they come
  * back in. Returns 1 when the packet is marked so. Never twice (a
  * fragment still too big gets the Fragmentation Needed), and not the
  * stateful paths' packets: their ports are rewritten already and their
