@@ -10,11 +10,8 @@ mod common;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use aya::maps::{HashMap, MapData};
 use common::{nat64::*, packet::*, *};
-use v6node_abi::{
-    maps, CtKey, CtValue, Direction, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, Reason, CT_ESTABLISHED, MAGLEV_SIZE,
-};
+use v6node_abi::{CtKey, CtValue, Direction, Reason, CT_ESTABLISHED};
 
 const D46: Direction = Direction::V6N_DIRECTION_XLAT_4TO6;
 const D64: Direction = Direction::V6N_DIRECTION_XLAT_6TO4;
@@ -44,48 +41,16 @@ fn gateway(test: &str) -> (Net, Xlat) {
         ip(&format!("neigh add {backend} lladdr 02:00:00:00:06:{:02x} dev v6 nud permanent", 0x10 + i));
     }
     let mut xlat = Xlat::load(test);
-    let mut config: HashMap<&mut MapData, u32, v6node_abi::Nat64Config> =
-        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT64_CONFIG).unwrap()).unwrap();
-    let mut value = config.get(&0, 0).unwrap();
-    value.nat46_prefix.copy_from_slice(&CLIENT_AS_V6.octets()[..12]);
-    value.nat46_on = 1;
-    config.insert(0, value, 0).unwrap();
+    xlat.enable_nat46(CLIENT_AS_V6);
     for (i, backend) in BACKENDS.iter().enumerate() {
-        set_backend(&mut xlat, 101 + i as u32, *backend);
+        xlat.set_nat46_backend(101 + i as u32, *backend, BACKEND_PORT);
     }
     (net, xlat)
 }
 
-fn set_backend(xlat: &mut Xlat, id: u32, addr: Ipv6Addr) {
-    let mut backends: HashMap<&mut MapData, u32, L4Addr> =
-        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_BACKENDS).unwrap()).unwrap();
-    backends.insert(id, L4Addr { addr: addr.octets(), port: BACKEND_PORT.to_be(), proto: 0, pad: 0 }, 0).unwrap();
-}
-
-fn remove_backend(xlat: &mut Xlat, id: u32) {
-    let mut backends: HashMap<&mut MapData, u32, L4Addr> =
-        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_BACKENDS).unwrap()).unwrap();
-    backends.remove(&id).unwrap();
-}
-
-/// Frontend VIP:`port` over a table whose buckets go round `pattern`
-/// (backend ids; an empty pattern: no table, no backends).
+/// Frontend VIP:`port` over a table whose buckets go round `pattern`.
 fn set_frontend(xlat: &mut Xlat, port: u16, proto: u8, id: u32, pattern: &[u32]) {
-    if !pattern.is_empty() {
-        let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
-        for (i, slot) in table.backend_ids.iter_mut().enumerate() {
-            *slot = pattern[i % pattern.len()];
-        }
-        let mut maglev: HashMap<&mut MapData, u32, MaglevTable> =
-            HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_MAGLEV).unwrap()).unwrap();
-        maglev.insert(id, table, 0).unwrap();
-    }
-    let mut frontends: HashMap<&mut MapData, Nat46FrontendKey, Nat46Frontend> =
-        HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_FRONTENDS).unwrap()).unwrap();
-    let key = Nat46FrontendKey { addr: VIP.octets(), port: port.to_be(), proto, pad: 0 };
-    frontends.insert(key, Nat46Frontend { id, backends: pattern.len() as u32 }, 0).unwrap();
-    let mut vips: HashMap<&mut MapData, u32, u32> = HashMap::try_from(xlat.ebpf.map_mut(maps::NAT46_VIPS).unwrap()).unwrap();
-    vips.insert(u32::from_ne_bytes(VIP.octets()), 1, 0).unwrap();
+    xlat.set_nat46_frontend(VIP, port, proto, id, pattern);
 }
 
 fn tcp_with(sport: u16, dport: u16, flags: u8) -> Vec<u8> {
@@ -120,8 +85,7 @@ fn backend_of(xlat: &Xlat, net: &Net, client_port: u16, proto: u8) -> Ipv6Addr {
 }
 
 fn flows(xlat: &Xlat) -> Vec<(CtKey, CtValue)> {
-    let table: HashMap<&MapData, CtKey, CtValue> = HashMap::try_from(xlat.ebpf.map(maps::NAT46_STATE).unwrap()).unwrap();
-    table.iter().map(Result::unwrap).collect()
+    xlat.nat46_state()
 }
 
 #[test]
@@ -176,7 +140,7 @@ fn flows_spread_over_the_table_and_keep_their_backend_until_it_is_removed() {
 
     // ::b removed (the agent rewrites the table without it): its flows move, no other does.
     set_frontend(&mut xlat, 80, UDP, FRONTEND, &[101, 103, 103]);
-    remove_backend(&mut xlat, 102);
+    xlat.remove_nat46_backend(102);
     let after: Vec<Ipv6Addr> = ports.iter().map(|p| backend_of(&xlat, &net, *p, UDP)).collect();
     for ((port, was), now) in ports.iter().zip(&first).zip(&after) {
         if *was == BACKENDS[1] {

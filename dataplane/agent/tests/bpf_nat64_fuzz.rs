@@ -6,8 +6,10 @@
 //! a valid IP header and, whenever the input's transport checksum was valid,
 //! a valid transport checksum. With stateful NAT64 on, also: no packet
 //! leaves with another flow's binding (each client transport address keeps
-//! one pool port, each pool port one client). Deterministic: the seed is
-//! printed, and a failure prints the packet.
+//! one pool port, each pool port one client). With the NAT46 gateway on:
+//! each flow keeps one backend, and a backend's packet leaves from the VIP
+//! port of the flow it belongs to, or not at all. Deterministic: the seed
+//! is printed, and a failure prints the packet.
 
 mod common;
 
@@ -23,6 +25,25 @@ use v6node_abi::{Reason, NAT64_FILTER_ENDPOINT_INDEPENDENT};
 /// ports it hands out: few, so that bindings are reused and run out.
 const POOL: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
 const POOL_PORTS: (u16, u16) = (1024, 1039);
+
+/// The NAT46 gateway's VIP, its frontends' ports (TCP, UDP, TCP, and a UDP
+/// one without backends), the prefix its clients are embedded in, and the
+/// backends, all on one port.
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 80);
+const VIP_PORTS: [(u16, u8); 4] = [(40000, 6), (40001, 17), (40002, 6), (40003, 17)];
+const NAT46_PREFIX: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x46, 0, 0, 0, 0, 0);
+const BACKENDS: [Ipv6Addr; 2] =
+    [Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0xa), Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0xb)];
+const BACKEND_PORT: u16 = 8080;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Stateless,
+    /// Stateful NAT64 for 2001:db8:6::100/126.
+    Stateful,
+    /// The NAT46 gateway.
+    Gateway,
+}
 
 /// Packets counted per reason, over every device and direction.
 fn by_reason(xlat: &Xlat) -> [u64; Reason::V6N_REASON_COUNT as usize] {
@@ -172,6 +193,41 @@ fn valid_ipv4(rng: &mut Rng) -> Vec<u8> {
     ethernet(ETH_IPV4, &l3)
 }
 
+fn embedded(client: Ipv4Addr) -> Ipv6Addr {
+    let mut addr = NAT46_PREFIX.octets();
+    addr[12..].copy_from_slice(&client.octets());
+    addr.into()
+}
+
+/// A NAT46 gateway packet: an IPv4 client's to the VIP (a frontend's port
+/// mostly), or a backend's (mostly) to an embedded client.
+fn gateway_packet(rng: &mut Rng, v6: bool) -> Vec<u8> {
+    let proto = rng.pick(&[6u8, 17]);
+    let segment = |rng: &mut Rng, sport: u16, dport: u16| {
+        if proto == 6 {
+            let mut segment = tcp(sport, dport, &payload(rng));
+            segment[13] = rng.pick(&[0x02, 0x12, 0x10, 0x18, 0x11, 0x04]);
+            segment
+        } else {
+            udp(sport, dport, &payload(rng))
+        }
+    };
+    let csum_at = Some(if proto == 6 { 16 } else { 6 });
+    if v6 {
+        let src = if rng.below(4) == 0 { v6_addr(rng) } else { rng.pick(&BACKENDS) };
+        let sport = if rng.below(4) == 0 { port(rng) } else { BACKEND_PORT };
+        let dport = port(rng);
+        let l4 = segment(rng, sport, dport);
+        ethernet(ETH_IPV6, &ipv6(src, embedded(v4_addr(rng)), rng.pick(&[1, 64, 64, 64]), proto, &l4, csum_at))
+    } else {
+        let dport = if rng.below(4) == 0 { rng.pick(&[22, 53, 80]) } else { rng.pick(&VIP_PORTS).0 };
+        let sport = port(rng);
+        let l4 = segment(rng, sport, dport);
+        let frag = rng.pick(&[0x4000u16, 0, 0x2000]);
+        ethernet(ETH_IPV4, &ipv4(v4_addr(rng), VIP, rng.pick(&[1, 64, 64, 64]), proto, frag, &l4, csum_at))
+    }
+}
+
 /// Whether a frame's transport checksum is valid: None when there is none to
 /// check (fragments, other protocols, IPv4 UDP without one, bad headers).
 fn transport_checksum_ok(frame: &[u8]) -> Option<bool> {
@@ -268,6 +324,79 @@ struct Bindings {
     by_pool: HashMap<(u8, u16), (Ipv6Addr, u16)>,
 }
 
+/// The NAT46 gateway's flows as the translated packets show them:
+/// (client, client port, VIP port, protocol) -> (backend, backend port).
+#[derive(Default)]
+struct Flows46 {
+    backend_of: HashMap<(Ipv4Addr, u16, u16, u8), (Ipv6Addr, u16)>,
+}
+
+impl Flows46 {
+    /// Notes what `input` became as `output`, if it went through the
+    /// gateway; Err when a flow changed backend, or a backend's packet left
+    /// from a VIP port that is not its flow's. A flow opened by a packet
+    /// dropped later on its way (none came out to note) is looked up in
+    /// the gateway's table.
+    fn observe(&mut self, input: &[u8], output: &[u8], xlat: &Xlat) -> Result<(), String> {
+        let (i, o) = (&input[14..], &output[14..]);
+        match ([input[12], input[13]], [output[12], output[13]]) {
+            (ETH_IPV4, ETH_IPV6) if i.len() >= 20 && i[16..20] == VIP.octets() && o.len() >= 44 => {
+                let (proto, l4) = (i[9], usize::from(i[0] & 0xf) * 4);
+                let client = Ipv4Addr::new(i[12], i[13], i[14], i[15]);
+                let (Some(client_port), Some(vip_port)) = (port_at(i, l4, proto, 0), port_at(i, l4, proto, 2)) else {
+                    return Ok(());
+                };
+                let src: [u8; 16] = o[8..24].try_into().unwrap();
+                let backend: [u8; 16] = o[24..40].try_into().unwrap();
+                let (Some(sport), Some(backend_port)) = (port_at(o, 40, o[6], 0), port_at(o, 40, o[6], 2)) else {
+                    return Err("no ports out".into());
+                };
+                if Ipv6Addr::from(src) != embedded(client) || sport != client_port {
+                    return Err(format!("{client} port {client_port} left as {} port {sport}", Ipv6Addr::from(src)));
+                }
+                let now = (Ipv6Addr::from(backend), backend_port);
+                let flow = (client, client_port, vip_port, proto);
+                if let Some(was) = self.backend_of.insert(flow, now) {
+                    if was != now {
+                        return Err(format!("flow {flow:?} moved from {was:?} to {now:?}"));
+                    }
+                }
+                Ok(())
+            }
+            (ETH_IPV6, ETH_IPV4) if i.len() >= 44 && i[24..36] == NAT46_PREFIX.octets()[..12] && o.len() >= 24 => {
+                let proto = o[9];
+                let backend: [u8; 16] = i[8..24].try_into().unwrap();
+                let client = Ipv4Addr::new(i[36], i[37], i[38], i[39]);
+                let (Some(backend_port), Some(client_port)) = (port_at(i, 40, i[6], 0), port_at(i, 40, i[6], 2)) else {
+                    return Ok(());
+                };
+                let Some(vip_port) = port_at(o, 20, proto, 0) else { return Err("no ports out".into()) };
+                if o[12..16] != VIP.octets() || o[16..20] != client.octets() {
+                    return Err("a backend's packet left from another address than the VIP, or to another client".into());
+                }
+                let flow = (client, client_port, vip_port, proto);
+                let opened_unseen = || {
+                    xlat.nat46_state().iter().any(|(k, v)| {
+                        k.saddr == client.to_ipv6_mapped().octets()
+                            && k.daddr == VIP.to_ipv6_mapped().octets()
+                            && (k.sport, k.dport, k.proto) == (client_port.to_be(), vip_port.to_be(), proto)
+                            && (v.daddr, v.dport) == (backend, backend_port.to_be())
+                    })
+                };
+                match self.backend_of.get(&flow) {
+                    Some(&seen) if seen == (Ipv6Addr::from(backend), backend_port) => Ok(()),
+                    None if opened_unseen() => Ok(()),
+                    other => Err(format!(
+                        "{} port {backend_port} to {client} port {client_port} left from VIP port {vip_port}, whose flow is {other:?}",
+                        Ipv6Addr::from(backend)
+                    )),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The transport port (ICMP: echo identifier) at `l4`, by protocol: `at` 0
 /// for the source port, 2 for the destination.
 fn port_at(l3: &[u8], l4: usize, proto: u8, at: usize) -> Option<u16> {
@@ -321,20 +450,38 @@ impl Bindings {
 }
 
 /// Runs `count` packets from `make` and checks the invariant for each.
-fn fuzz(name: &str, seed: u64, count: usize, mutate: bool, stateful: bool) {
+fn fuzz(name: &str, seed: u64, count: usize, mutate: bool, mode: Mode) {
     let net = Net::enter();
     let mut xlat = Xlat::load(name);
     let mut bindings = Bindings::default();
-    if stateful {
+    let mut flows = Flows46::default();
+    if mode == Mode::Stateful {
         let client: Ipv6Addr = "2001:db8:6::100".parse().unwrap();
         xlat.enable_stateful(&[POOL], client, 126, POOL_PORTS.0, POOL_PORTS.1, NAT64_FILTER_ENDPOINT_INDEPENDENT);
+    }
+    if mode == Mode::Gateway {
+        xlat.enable_nat46(NAT46_PREFIX);
+        for (id, backend) in BACKENDS.iter().enumerate() {
+            xlat.set_nat46_backend(id as u32 + 1, *backend, BACKEND_PORT);
+        }
+        // Two frontends share backend 1: one client port through both clashes.
+        for (id, (port, proto)) in VIP_PORTS.iter().enumerate() {
+            let pattern: &[u32] = [&[1, 2][..], &[2], &[1], &[]][id];
+            xlat.set_nat46_frontend(VIP, *port, *proto, id as u32 + 1, pattern);
+        }
     }
     let mut rng = Rng(seed);
     let (mut passed, mut dropped, mut translated, mut replied, mut skipped) = (0, 0, 0, 0, 0);
     let mut drops = std::collections::BTreeMap::new();
     for i in 0..count {
         let v6 = rng.below(2) == 0;
-        let mut packet = if v6 { valid_ipv6(&mut rng) } else { valid_ipv4(&mut rng) };
+        let mut packet = if mode == Mode::Gateway && rng.below(2) == 0 {
+            gateway_packet(&mut rng, v6)
+        } else if v6 {
+            valid_ipv6(&mut rng)
+        } else {
+            valid_ipv4(&mut rng)
+        };
         if mutate {
             for _ in 0..1 + rng.below(8) {
                 let at = 14 + rng.below((packet.len() - 14) as u64) as usize;
@@ -395,6 +542,7 @@ fn fuzz(name: &str, seed: u64, count: usize, mutate: bool, stateful: bool) {
                 } else {
                     assert!(!grew[0].is_drop(), "translated but counted {}; {}", grew[0].name(), context());
                     bindings.observe(&packet, &run.packet).unwrap_or_else(|e| panic!("{e}; {}", context()));
+                    flows.observe(&packet, &run.packet, &xlat).unwrap_or_else(|e| panic!("{e}; {}", context()));
                     translated += 1;
                 }
             }
@@ -404,33 +552,50 @@ fn fuzz(name: &str, seed: u64, count: usize, mutate: bool, stateful: bool) {
     eprintln!(
         "{name}: seed {seed:#x}, {count} packets: {passed} passed untouched, {translated} translated, \
          {replied} answered with an ICMP error, {dropped} dropped {drops:?}, {skipped} refused by BPF_PROG_TEST_RUN, \
-         {} bindings seen",
-        bindings.by_client.len()
+         {} bindings and {} gateway flows seen",
+        bindings.by_client.len(),
+        flows.backend_of.len()
     );
-    if stateful && !mutate {
+    if mode == Mode::Gateway && !mutate {
+        assert!(flows.backend_of.len() >= 500, "too few gateway flows ({}): the generator is off", flows.backend_of.len());
+    }
+    if mode == Mode::Stateful && !mutate {
         assert!(bindings.by_client.len() >= 16, "the pool's 16 ports per protocol should all have been seen in use");
     }
     // Mutated version or length fields still make the kernel refuse a few.
     assert!(skipped * 20 < count, "too many frames refused by the kernel: {skipped}");
-    assert!(translated > count / 20, "too few translated ({translated}): the generator is off");
+    // Mutated gateway packets: most backends' packets name no flow, and
+    // mutations make more of them strangers.
+    let floor = if mode == Mode::Gateway && mutate { count / 30 } else { count / 20 };
+    assert!(translated > floor, "too few translated ({translated}): the generator is off");
 }
 
 #[test]
 fn valid_packets_are_translated_well_formed_or_dropped_with_a_reason() {
-    fuzz("fuzzvalid", 0x7636_0001, 50_000, false, false);
+    fuzz("fuzzvalid", 0x7636_0001, 50_000, false, Mode::Stateless);
 }
 
 #[test]
 fn mutated_packets_never_come_out_malformed() {
-    fuzz("fuzzmutated", 0x7636_0002, 50_000, true, false);
+    fuzz("fuzzmutated", 0x7636_0002, 50_000, true, Mode::Stateless);
 }
 
 #[test]
 fn stateful_packets_come_out_well_formed_and_never_with_another_flows_binding() {
-    fuzz("fuzzstateful", 0x7636_0003, 50_000, false, true);
+    fuzz("fuzzstateful", 0x7636_0003, 50_000, false, Mode::Stateful);
 }
 
 #[test]
 fn mutated_stateful_packets_never_come_out_malformed_or_with_another_flows_binding() {
-    fuzz("fuzzstatefulmut", 0x7636_0004, 50_000, true, true);
+    fuzz("fuzzstatefulmut", 0x7636_0004, 50_000, true, Mode::Stateful);
+}
+
+#[test]
+fn gateway_packets_come_out_well_formed_and_every_flow_keeps_its_backend() {
+    fuzz("fuzzgateway", 0x7636_0005, 50_000, false, Mode::Gateway);
+}
+
+#[test]
+fn mutated_gateway_packets_never_come_out_malformed_or_from_another_flows_vip_port() {
+    fuzz("fuzzgatewaymut", 0x7636_0006, 50_000, true, Mode::Gateway);
 }

@@ -8,7 +8,10 @@ use aya::{
     maps::{lpm_trie::Key, HashMap, LpmTrie, MapData, Queue},
     Ebpf,
 };
-use v6node_abi::{maps, CtKey, CtValue, Direction, EamValue, Nat64Config, Nat64PoolValue, Nat64Port, Reason};
+use v6node_abi::{
+    maps, CtKey, CtValue, Direction, EamValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, Nat64Config, Nat64PoolValue,
+    Nat64Port, Reason, MAGLEV_SIZE,
+};
 
 use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_marked, try_run_program, PinDir, Run};
 
@@ -139,6 +142,54 @@ impl Xlat {
                 }
             }
         }
+    }
+
+    /// The NAT46 gateway on, its clients embedded in `prefix`/96.
+    pub fn enable_nat46(&mut self, prefix: Ipv6Addr) {
+        self.update_config(|c| {
+            c.nat46_prefix.copy_from_slice(&prefix.octets()[..12]);
+            c.nat46_on = 1;
+        });
+    }
+
+    /// A NAT46 backend under `id`.
+    pub fn set_nat46_backend(&mut self, id: u32, addr: Ipv6Addr, port: u16) {
+        let mut backends: HashMap<&mut MapData, u32, L4Addr> =
+            HashMap::try_from(self.ebpf.map_mut(maps::NAT46_BACKENDS).unwrap()).unwrap();
+        backends.insert(id, L4Addr { addr: addr.octets(), port: port.to_be(), proto: 0, pad: 0 }, 0).unwrap();
+    }
+
+    pub fn remove_nat46_backend(&mut self, id: u32) {
+        let mut backends: HashMap<&mut MapData, u32, L4Addr> =
+            HashMap::try_from(self.ebpf.map_mut(maps::NAT46_BACKENDS).unwrap()).unwrap();
+        backends.remove(&id).unwrap();
+    }
+
+    /// The NAT46 frontend `vip`:`port` (`proto`) under `id`, its Maglev
+    /// table's buckets going round `pattern` (backend ids; empty: no table,
+    /// no backends).
+    pub fn set_nat46_frontend(&mut self, vip: Ipv4Addr, port: u16, proto: u8, id: u32, pattern: &[u32]) {
+        if !pattern.is_empty() {
+            let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
+            for (i, slot) in table.backend_ids.iter_mut().enumerate() {
+                *slot = pattern[i % pattern.len()];
+            }
+            let mut maglev: HashMap<&mut MapData, u32, MaglevTable> =
+                HashMap::try_from(self.ebpf.map_mut(maps::NAT46_MAGLEV).unwrap()).unwrap();
+            maglev.insert(id, table, 0).unwrap();
+        }
+        let mut frontends: HashMap<&mut MapData, Nat46FrontendKey, Nat46Frontend> =
+            HashMap::try_from(self.ebpf.map_mut(maps::NAT46_FRONTENDS).unwrap()).unwrap();
+        let key = Nat46FrontendKey { addr: vip.octets(), port: port.to_be(), proto, pad: 0 };
+        frontends.insert(key, Nat46Frontend { id, backends: pattern.len() as u32 }, 0).unwrap();
+        let mut vips: HashMap<&mut MapData, u32, u32> = HashMap::try_from(self.ebpf.map_mut(maps::NAT46_VIPS).unwrap()).unwrap();
+        vips.insert(u32::from_ne_bytes(vip.octets()), 1, 0).unwrap();
+    }
+
+    /// Every entry of the NAT46 gateway's flow table.
+    pub fn nat46_state(&self) -> Vec<(CtKey, CtValue)> {
+        let table: HashMap<&MapData, CtKey, CtValue> = HashMap::try_from(self.ebpf.map(maps::NAT46_STATE).unwrap()).unwrap();
+        table.iter().map(Result::unwrap).collect()
     }
 
     /// Every entry of the stateful NAT64 state table.
