@@ -1091,8 +1091,9 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (h.ip.version != 4)
 		return V6N_NOT_OURS;
-	if (!v6n_nat46_is_vip(h.ip.daddr) && !v6n_nat64_is_pool(h.ip.daddr) &&
-	    v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
+	/* Looked up once: every IPv4 packet the translator sees asks. */
+	int vip = v6n_nat46_is_vip(h.ip.daddr);
+	if (!vip && !v6n_nat64_is_pool(h.ip.daddr) && v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
 		return V6N_NOT_OURS;
 
 	__u32 hlen = h.ip.ihl * 4, tot_len = bpf_ntohs(h.ip.tot_len);
@@ -1112,7 +1113,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	if (v6n_csum_fold(v6n_csum_diff(NULL, 0, h.raw, hlen & 0x3c)) != 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	/* A VIP's client is embedded in the gateway's prefix by v6n_nat46_inbound. */
-	if (!v6n_nat46_is_vip(h.ip.daddr) && v6n_map_4to6(cfg, h.ip.saddr, &saddr) < 0)
+	if (!vip && v6n_map_4to6(cfg, h.ip.saddr, &saddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 
 	__u16 frag_field = bpf_ntohs(h.ip.frag_off);
@@ -1137,8 +1138,8 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 			return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
 	}
-	/* Asked again rather than kept: this frame has not a byte to spare. */
-	if (v6n_nat46_is_vip(h.ip.daddr)) {
+	/* The pool asked again rather than kept: this frame has no byte to spare. */
+	if (vip) {
 		/* Ports are in first fragments only: refused, not guessed at. */
 		if (fragmented)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);

@@ -91,8 +91,8 @@ struct Ids {
     backends: Vec<Vec<u32>>,
 }
 
-fn assign_ids(nat46: &Nat46, frontends: &HashMap<Nat46FrontendKey, u32>, backends: &HashMap<u32, L4Addr>) -> Ids {
-    let wanted: Vec<Option<u32>> = nat46.gateways.iter().map(|g| frontends.get(&frontend_key(g)).copied()).collect();
+fn assign_ids(gateways: &[Nat46Gateway], frontends: &HashMap<Nat46FrontendKey, u32>, backends: &HashMap<u32, L4Addr>) -> Ids {
+    let wanted: Vec<Option<u32>> = gateways.iter().map(|g| frontends.get(&frontend_key(g)).copied()).collect();
     let mut taken: BTreeSet<u32> = wanted.iter().flatten().copied().collect();
     let mut next_free = 1u32;
     let frontend_ids: Vec<u32> = wanted
@@ -107,8 +107,7 @@ fn assign_ids(nat46: &Nat46, frontends: &HashMap<Nat46FrontendKey, u32>, backend
             })
         })
         .collect();
-    let backend_ids = nat46
-        .gateways
+    let backend_ids = gateways
         .iter()
         .zip(&frontend_ids)
         .map(|(gateway, &fid)| {
@@ -177,19 +176,13 @@ impl Tables {
 pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>> {
     let mut tables = Tables::open(pin_dir)?;
     let (current_frontends, current_backends) = tables.read()?;
-    let empty = Nat46 {
-        source_prefix: "::/96".parse().expect("a prefix"),
-        gateways: Vec::new(),
-        udp_seconds: 0,
-        tcp_established_seconds: 0,
-        tcp_transitory_seconds: 0,
-    };
-    let config = nat46.unwrap_or(&empty);
-    let ids = assign_ids(config, &current_frontends, &current_backends);
+    let gateways = nat46.map_or(&[][..], |n| &n.gateways[..]);
+    let ids = assign_ids(gateways, &current_frontends, &current_backends);
 
-    let mut stats = Nat46Stats { source_prefix: config.source_prefix.to_string(), ..Nat46Stats::default() };
+    let mut stats =
+        Nat46Stats { source_prefix: nat46.map(|n| n.source_prefix.to_string()).unwrap_or_default(), ..Nat46Stats::default() };
     let mut vips: BTreeMap<Ipv4Addr, u32> = BTreeMap::new();
-    for ((gateway, &fid), backend_ids) in config.gateways.iter().zip(&ids.frontends).zip(&ids.backends) {
+    for ((gateway, &fid), backend_ids) in gateways.iter().zip(&ids.frontends).zip(&ids.backends) {
         let proto = gateway.protocol.number();
         let what = format!("nat46 gateway {} {}", gateway.protocol, gateway.frontend);
         for (backend, id) in gateway.backends.iter().zip(backend_ids) {
@@ -237,17 +230,12 @@ pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>>
             tables.vips.remove(&vip).context("removing a stale VIP")?;
         }
     }
-    let live_frontends: std::collections::HashSet<Nat46FrontendKey> = config.gateways.iter().map(frontend_key).collect();
+    let live_frontends: std::collections::HashSet<Nat46FrontendKey> = gateways.iter().map(frontend_key).collect();
     for key in current_frontends.keys().filter(|k| !live_frontends.contains(k)) {
         tables.frontends.remove(key).context("removing a stale NAT46 frontend")?;
     }
-    let with_table: BTreeSet<u32> = config
-        .gateways
-        .iter()
-        .zip(&ids.frontends)
-        .filter(|(g, _)| g.backends.iter().any(|b| b.weight > 0))
-        .map(|(_, id)| *id)
-        .collect();
+    let with_table: BTreeSet<u32> =
+        gateways.iter().zip(&ids.frontends).filter(|(g, _)| g.backends.iter().any(|b| b.weight > 0)).map(|(_, id)| *id).collect();
     for id in tables.maglev.keys().collect::<Result<Vec<_>, _>>().context("reading v6n_nat46_maglev")? {
         if !with_table.contains(&id) {
             tables.maglev.remove(&id).context("removing a stale Maglev table")?;
@@ -371,7 +359,7 @@ mod tests {
             "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::a]:80\" }, { address = \"[2001:db8::b]:80\" }]\n\
              [[nat46.gateway]]\nfrontend = \"198.51.100.80:443\"\nbackends = [{ address = \"[2001:db8::a]:443\" }]\n",
         );
-        let ids = assign_ids(&before, &HashMap::new(), &HashMap::new());
+        let ids = assign_ids(&before.gateways, &HashMap::new(), &HashMap::new());
         assert_eq!(ids.frontends, [1, 2]);
         assert_eq!(ids.backends, [vec![SLOTS_PER_FRONTEND, SLOTS_PER_FRONTEND + 1], vec![2 * SLOTS_PER_FRONTEND]]);
         let frontends: HashMap<_, _> = before.gateways.iter().zip(&ids.frontends).map(|(g, id)| (frontend_key(g), *id)).collect();
@@ -387,7 +375,7 @@ mod tests {
             "[[nat46.gateway]]\nfrontend = \"198.51.100.80:443\"\nbackends = [{ address = \"[2001:db8::a]:443\" }]\n\
              [[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::c]:80\" }, { address = \"[2001:db8::b]:80\", weight = 5 }]\n",
         );
-        let ids = assign_ids(&after, &frontends, &backends);
+        let ids = assign_ids(&after.gateways, &frontends, &backends);
         assert_eq!(ids.frontends, [2, 1]);
         assert_eq!(
             ids.backends,
