@@ -157,7 +157,7 @@ pass_if "link ids unchanged by the restart" test "$(jq_status '[.links[] | "\(.d
 
 in_node iperf3 -s -1 -B fd00:6e::2 >/dev/null 2>&1 &
 iperf_server=$!
-sleep 0.5
+listening "$node" tcp 5201
 in_peer iperf3 -c fd00:6e::2 -t 4 -J >"$work/iperf.json" 2>&1 &
 iperf_client=$!
 sleep 1.5

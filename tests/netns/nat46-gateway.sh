@@ -72,6 +72,7 @@ for i in 1 2 3; do
     pids+=($!)
 done
 at "$node" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
+for b in "${backends[@]}"; do listening "$b" udp 5353 && listening "$b" tcp 8080 || exit 1; done
 
 # gateway_config "WEIGHTS": the vendor config with b1..b3 at those weights
 # ("-" leaves one out).

@@ -78,7 +78,7 @@ def answered(sockets):
     for s in sockets:
         try:
             count += s.recv(2048) == b"flow"
-        except socket.timeout:
+        except (socket.timeout, ConnectionRefusedError):
             pass
     return count
 

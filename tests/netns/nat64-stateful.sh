@@ -101,8 +101,7 @@ pass_if "ping c2 and c3 at once (one echo identifier each)" bash -c "
 # --- 1,200 TCP connections, and an agent restart under them ------------------------
 nsenter --net="/run/netns/$s4" python3 "$here/nat64-flows.py" tcp-server 192.0.2.2 7000 "$work/peers" &
 pids+=($!)
-listening() { at "$s4" ss -Hltn 'sport = :7000' | grep -q LISTEN; }
-retry 20 listening
+listening "$s4" tcp 7000
 for i in 1 2 3; do
     nsenter --net="/run/netns/${clients[i - 1]}" python3 "$here/nat64-flows.py" \
         tcp-clients "$server" 7000 400 "$work/go" "$work/tcp-$i" &
@@ -132,6 +131,7 @@ pass_if "...on ports no earlier connection holds (1,300 distinct)" \
 # --- UDP: a range of 100, exhausted on purpose --------------------------------------
 nsenter --net="/run/netns/$s4" python3 "$here/nat64-flows.py" udp-server 192.0.2.2 7001 &
 pids+=($!)
+listening "$s4" udp 7001
 counter() { jq_status --arg d "$1" --arg r "$2" '[.counters[] | select(.direction == $d and .reason == $r) | .packets] | add // 0'; }
 before=$(counter 6to4 nat64_pool_exhausted)
 at "${clients[0]}" $flows udp-flows "$server" 7001 101 >"$work/udp-1"
@@ -139,7 +139,8 @@ pass_if "101 UDP flows on 100 ports: 100 answered, and all 100 again after the 1
     grep -qx 'first 100 again 100' "$work/udp-1"
 pass_if "...the 101st was refused and counted (nat64_pool_exhausted)" \
     test "$(($(counter 6to4 nat64_pool_exhausted) - before))" -ge 1
-pass_if "status: 100/100 UDP ports in use" test "$(pool_use udp)" = "203.0.113.1 100/100"
+all_in_use() { test "$(pool_use udp)" = "203.0.113.1 100/100"; }
+pass_if "status: 100/100 UDP ports in use (after a sweep)" retry 3 all_in_use
 
 # udp_seconds = 4: the sweep ends them within 4 + 2 (margin) + 2 (period) s.
 freed() { test "$(pool_use udp)" = "203.0.113.1 0/100"; }
