@@ -109,11 +109,11 @@ struct v6n_icmp_scratch {
 	/* An ICMPv4 error's mapped destination, from v6n_4to6 (which chose to
 	 * translate by it) to v6n_4to6_icmp_error, whose stack is full. */
 	struct in6_addr error_daddr;
-	/* Stateful NAT64: where in the quote's transport header the port (echo
-	 * identifier) of one side of the binding sits, plus one (0: nothing to
-	 * replace), and the other side's that replaces it; likewise the
-	 * address: the client for an ICMPv4 error, the pool address for an
-	 * ICMPv6 one. */
+	/* Stateful NAT64 and the NAT46 gateway: where in the quote's transport
+	 * header the port (echo identifier) of one side of the binding or flow
+	 * sits, plus one (0: nothing to replace), and the other side's that
+	 * replaces it; likewise the address: the client (NAT46: the backend)
+	 * for an ICMPv4 error, the pool address for an ICMPv6 one. */
 	__u8 error_port_at;
 	__be16 error_port;
 	struct in6_addr error_client;
@@ -195,6 +195,50 @@ static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
 	error->error_port = s->pool_key.dport;
 	error->error_port_at = 2 + 1;
 	return (__s64)(__u32)error->error_pool;
+}
+
+/*
+ * NAT46 gateway, an ICMPv6 error to an embedded client: about a packet the
+ * client's flow brought to its backend, so the quote is the flow's reverse
+ * entry read backwards. The error leaves from the VIP (returned), the
+ * quote's destination becomes the VIP's transport address. A drop reason
+ * is returned negated.
+ */
+static __noinline __s64 v6n_nat46_outbound_error(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!error || !s)
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	/* The error's destination, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 24, s->peer_key.daddr, 16) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, s->quote, V6N_IP6_HLEN + V6N_INNER_L4) < 0)
+		return -V6N_REASON_DROP_MALFORMED;
+	const struct ipv6hdr *inner = (const void *)s->quote;
+	__u8 proto = inner->nexthdr;
+	if (inner->version != 6 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP) ||
+	    !v6n_bytes_eq(inner->saddr.s6_addr, s->peer_key.daddr, 16))
+		return -V6N_REASON_DROP_UNTRANSLATABLE;
+	__builtin_memset(&s->pool_key, 0, sizeof(s->pool_key));
+	__builtin_memcpy(s->pool_key.saddr, inner->daddr.s6_addr, 16);
+	__builtin_memcpy(s->pool_key.daddr, inner->saddr.s6_addr, 16);
+	__builtin_memcpy(&s->pool_key.sport, s->quote + V6N_IP6_HLEN + 2, 2);
+	__builtin_memcpy(&s->pool_key.dport, s->quote + V6N_IP6_HLEN, 2);
+	s->pool_key.proto = proto;
+	struct v6n_ct_value *reverse = bpf_map_lookup_elem(&v6n_nat46_state, &s->pool_key);
+	if (!reverse)
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	v6n_nat46_forward_key(&s->client_key, reverse, proto);
+	struct v6n_ct_value *flow = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	if (!flow || flow->dport != s->pool_key.sport || !v6n_bytes_eq(flow->daddr, s->pool_key.saddr, 16))
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	error->error_port = reverse->sport;
+	error->error_port_at = 2 + 1;
+	__be32 vip;
+	__builtin_memcpy(&vip, reverse->saddr + 12, 4);
+	return (__s64)(__u32)vip;
 }
 
 /*
@@ -379,18 +423,29 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 
 	if (!scratch || bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip6, sizeof(*ip6)) < 0)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-	/* v6n_6to4 checked both map, or the source may use the pool, before
-	 * handing the packet over. */
+	/* v6n_6to4 checked both map, or the source may use the pool, or the
+	 * destination is a NAT46 gateway's client, before handing the packet
+	 * over. */
 	scratch->error_port_at = 0;
-	if (v6n_map_6to4(cfg, &ip6->saddr, &saddr) < 0) {
-		__s64 pool = v6n_nat64_outbound_error(skb);
+	int nat46 = v6n_nat46_is_client(cfg, &ip6->daddr);
+	if (nat46) {
+		__s64 vip = v6n_nat46_outbound_error(skb);
 
-		if (pool < 0)
-			return V6N_DROP(-pool);
-		saddr = (__be32)pool;
+		if (vip < 0)
+			return V6N_DROP(-vip);
+		saddr = (__be32)vip;
+		__builtin_memcpy(&daddr, ip6->daddr.s6_addr + 12, 4);
+	} else {
+		if (v6n_map_6to4(cfg, &ip6->saddr, &saddr) < 0) {
+			__s64 pool = v6n_nat64_outbound_error(skb);
+
+			if (pool < 0)
+				return V6N_DROP(-pool);
+			saddr = (__be32)pool;
+		}
+		if (v6n_map_6to4(cfg, &ip6->daddr, &daddr) < 0)
+			return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 	}
-	if (v6n_map_6to4(cfg, &ip6->daddr, &daddr) < 0)
-		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 	struct v6n_icmp6_error_in *in = &scratch->in6;
 	struct v6n_icmp4_error_out *out = &scratch->out4;
 	__builtin_memset(in, 0, sizeof(*in));
@@ -423,8 +478,10 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 		fib->ifindex = skb->ingress_ifindex;
 	}
 
-	__be32 inner_saddr, inner_daddr = saddr; /* stateful: the pool address */
-	if (v6n_map_6to4(cfg, &in->inner.saddr, &inner_saddr) < 0 ||
+	/* Stateful, the quote's destination is the pool address or the VIP;
+	 * NAT46, its source is the client (v6n_nat46_outbound_error checked). */
+	__be32 inner_saddr = daddr, inner_daddr = saddr;
+	if ((!nat46 && v6n_map_6to4(cfg, &in->inner.saddr, &inner_saddr) < 0) ||
 	    (!scratch->error_port_at && v6n_map_6to4(cfg, &in->inner.daddr, &inner_daddr) < 0))
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 
@@ -527,15 +584,15 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 	int stateful = 0;
 	if (v6n_nat46_is_client(cfg, &ip6.daddr)) {
 		/* A NAT46 gateway backend's reply: TCP or UDP straight after the
-		 * header, what the gateway's flows carry (fragments, ICMPv6 and
-		 * the rest are refused). Its VIP and port go in first: this frame
-		 * has no byte to spare for remembering to. */
-		if (ip6.nexthdr != IPPROTO_TCP && ip6.nexthdr != IPPROTO_UDP)
+		 * header, what the gateway's flows carry, or an ICMPv6 error about
+		 * one (fragments and the rest are refused). Its VIP and port go in
+		 * first: this frame has no byte to spare for remembering to. */
+		if (ip6.nexthdr != IPPROTO_TCP && ip6.nexthdr != IPPROTO_UDP && ip6.nexthdr != IPPROTO_ICMPV6)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 		__s64 vip = v6n_nat46_outbound(skb, V6N_NAT64_L4(V6N_ETH_HLEN + V6N_IP6_HLEN, ip6.nexthdr));
 		if (vip < 0)
 			return V6N_DROP(-vip);
-		saddr = (__be32)vip;
+		saddr = (__be32)vip; /* 0 for an error: v6n_6to4_icmp_error finds its VIP */
 		__builtin_memcpy(&daddr, ip6.daddr.s6_addr + 12, 4);
 	} else if (v6n_map_6to4(cfg, &ip6.daddr, &daddr) < 0) {
 		return V6N_NOT_OURS;
@@ -909,6 +966,53 @@ static __noinline int v6n_nat64_inbound_error(struct __sk_buff *skb)
 	return 0;
 }
 
+/*
+ * NAT46 gateway, an ICMPv4 error to a VIP: about a packet that left from
+ * the VIP to a client, so the quote's ports are the flow's VIP port and
+ * client port. The flow's backend becomes the error's destination and the
+ * quote's source, with its own port. Returns 0, the reason to drop, or
+ * V6N_NAT46_NOT_A_FRONTEND for an error about the host's own packet.
+ */
+static __noinline int v6n_nat46_inbound_error(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!error || !s)
+		return V6N_REASON_DROP_NAT46_NO_FLOW;
+	/* The VIP, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 16, s->ipv4_addrs, 4) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + 8, s->quote, V6N_IP4_HLEN + V6N_INNER_L4) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	const struct iphdr *inner = (const void *)s->quote;
+	__u8 proto = inner->protocol;
+	if (inner->version != 4 || inner->ihl != 5 || inner->saddr != s->ipv4_addrs[0] ||
+	    (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
+		return V6N_NAT46_NOT_A_FRONTEND;
+	struct v6n_nat46_frontend_key fkey = { .proto = proto };
+	__builtin_memcpy(fkey.addr, &inner->saddr, 4);
+	__builtin_memcpy(&fkey.port, s->quote + V6N_IP4_HLEN, 2);
+	struct v6n_nat46_frontend *fe = bpf_map_lookup_elem(&v6n_nat46_frontends, &fkey);
+	if (!fe)
+		return V6N_NAT46_NOT_A_FRONTEND;
+
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&inner->daddr);
+	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&inner->saddr);
+	__builtin_memcpy(&s->client_key.sport, s->quote + V6N_IP4_HLEN + 2, 2);
+	s->client_key.dport = fkey.port;
+	s->client_key.proto = proto;
+	struct v6n_ct_value *flow = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	if (!flow || flow->frontend_id != fe->id)
+		return V6N_REASON_DROP_NAT46_NO_FLOW;
+	__builtin_memcpy(&error->error_daddr, flow->daddr, 16);
+	__builtin_memcpy(&error->error_client, flow->daddr, 16);
+	error->error_port = flow->dport;
+	error->error_port_at = 0 + 1;
+	return 0;
+}
+
 /* ICMPv4 error -> ICMPv6 error with the quoted packet translated (RFC 7915 4.3). */
 static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 {
@@ -923,14 +1027,25 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 	/* v6n_4to6 mapped the destination (EAM or a translatable range) and
 	 * checked the source maps before handing the packet over. */
-	if (v6n_map_4to6(cfg, ip->saddr, saddr) < 0)
-		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 	scratch->error_port_at = 0;
-	if (v6n_nat64_is_pool(ip->daddr)) {
-		int reason = v6n_nat64_inbound_error(skb);
+	int nat46 = cfg && v6n_nat46_is_vip(ip->daddr);
+	if (nat46) {
+		int reason = v6n_nat46_inbound_error(skb);
 
+		if (reason == V6N_NAT46_NOT_A_FRONTEND)
+			return V6N_NOT_OURS;
 		if (reason)
 			return V6N_DROP(reason);
+		v6n_nat46_embed(cfg, ip->saddr, saddr);
+	} else {
+		if (v6n_map_4to6(cfg, ip->saddr, saddr) < 0)
+			return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+		if (v6n_nat64_is_pool(ip->daddr)) {
+			int reason = v6n_nat64_inbound_error(skb);
+
+			if (reason)
+				return V6N_DROP(reason);
+		}
 	}
 	*daddr = scratch->error_daddr;
 	struct v6n_icmp4_error_in *in = &scratch->in4;
@@ -951,12 +1066,13 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 		out->icmp6.icmp6_mtu = bpf_htonl(v6n_ptb_mtu(skb, fib, bpf_ntohs(in->icmp.un.frag.mtu),
 							     bpf_ntohs(in->inner.tot_len), ip->saddr, daddr));
 
-	struct in6_addr inner_saddr, inner_daddr;
-	if (v6n_map_4to6(cfg, in->inner.saddr, &inner_saddr) < 0 || v6n_map_4to6(cfg, in->inner.daddr, &inner_daddr) < 0)
+	/* Stateful or NAT46, the quote's source is the client or the backend. */
+	struct in6_addr inner_saddr = scratch->error_client, inner_daddr;
+	if (nat46)
+		v6n_nat46_embed(cfg, in->inner.daddr, &inner_daddr);
+	else if ((!scratch->error_port_at && v6n_map_4to6(cfg, in->inner.saddr, &inner_saddr) < 0) ||
+		 v6n_map_4to6(cfg, in->inner.daddr, &inner_daddr) < 0)
 		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
-
-	if (scratch->error_port_at)
-		inner_saddr = scratch->error_client;
 
 	__u8 inner_proto = in->inner.protocol;
 	__u32 inner_plen = bpf_ntohs(in->inner.tot_len) - V6N_IP4_HLEN;
@@ -1139,7 +1255,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
 	}
 	/* The pool asked again rather than kept: this frame has no byte to spare. */
-	if (vip) {
+	if (vip && !is_error) {
 		/* Ports are in first fragments only: refused, not guessed at. */
 		if (fragmented)
 			return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
@@ -1166,9 +1282,9 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 			if (!scratch)
 				return V6N_DROP(V6N_REASON_DROP_MALFORMED);
-			/* To the pool: v6n_4to6_icmp_error finds the destination
-			 * by the binding of the quoted packet. */
-			if (!v6n_nat64_is_pool(h.ip.daddr))
+			/* To the pool or a VIP: v6n_4to6_icmp_error finds the
+			 * destination by the binding or flow of the quoted packet. */
+			if (!vip && !v6n_nat64_is_pool(h.ip.daddr))
 				scratch->error_daddr = daddr;
 			return V6N_OUTCOME(V6N_ACT_XLAT_ICMP_ERROR, V6N_REASON_PASS);
 		}

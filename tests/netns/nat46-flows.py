@@ -3,10 +3,17 @@
 """Servers that answer with their name and IPv4 clients that count which
 server answered, for tests/netns/nat46-gateway.sh (not a test itself).
 
-  udp-server ADDR PORT NAME        answer each datagram with NAME
+  udp-server ADDR PORT NAME ERRORS answer each datagram with NAME ("twice": again
+                                   0.5 s later); append "refused ADDR PORT" to
+                                   ERRORS for each ICMPv6 error about an answer
   tcp-server ADDR PORT NAME        answer each line of each connection with NAME
-  udp-flows VIP PORT FIRST COUNT   one flow from each source port FIRST..;
-                                   prints "PORT NAME" per flow ("PORT -" unanswered)
+  udp-flows VIP PORT FIRST COUNT [WAIT]
+                                   one flow from each source port FIRST..;
+                                   prints "PORT NAME" per flow ("PORT -"
+                                   unanswered after WAIT s twice, default 2;
+                                   "PORT refused" on an ICMP error)
+  udp-closing VIP PORT SPORT       asks "twice" from SPORT, prints who answered,
+                                   and closes the port before the second answer
   tcp-hold VIP PORT COUNT GO OUT   COUNT connections, each answered; writes
                                    the names that answered to OUT.names and
                                    "open N" to OUT, then once GO exists asks
@@ -20,12 +27,24 @@ import sys
 import time
 
 
-def udp_server(addr, port, name):
+def udp_server(addr, port, name, errors):
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    # Errors about answers are reported to this unconnected socket too.
+    sock.setsockopt(socket.IPPROTO_IPV6, 25, 1)  # IPV6_RECVERR (linux/in6.h)
     sock.bind((addr, int(port)))
+    log = open(errors, "a", buffering=1)
     while True:
-        _, peer = sock.recvfrom(2048)
+        try:
+            data, peer = sock.recvfrom(2048)
+        except ConnectionRefusedError:
+            # The datagram the error was about, and where it was sent.
+            _, _, _, dest = sock.recvmsg(2048, 512, socket.MSG_ERRQUEUE)
+            log.write(f"refused {dest[0]} {dest[1]}\n")
+            continue
         sock.sendto(name.encode(), peer)
+        if data == b"twice":
+            time.sleep(0.5)
+            sock.sendto(name.encode(), peer)
 
 
 def tcp_server(addr, port, name):
@@ -54,24 +73,38 @@ def tcp_server(addr, port, name):
             key.fileobj.sendall((name + "\n").encode() * data.count(b"\n"))
 
 
-def udp_flows(vip, port, first, count):
+def udp_flows(vip, port, first, count, wait="2"):
     first, count = int(first), int(count)
     out = []
     for sport in range(first, first + count):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind(("0.0.0.0", sport))
-        sock.settimeout(2)
+        sock.connect((vip, int(port)))  # connected: ICMP errors come to it
+        sock.settimeout(float(wait))
         name = "-"
         for _ in range(2):  # one retry: a first packet may meet a neighbour lookup
-            sock.sendto(b"?", (vip, int(port)))
+            sock.send(b"?")
             try:
                 name = sock.recv(64).decode()
+                break
+            except ConnectionRefusedError:
+                name = "refused"
                 break
             except socket.timeout:
                 pass
         sock.close()
         out.append(f"{sport} {name}")
     print("\n".join(out))
+
+
+def udp_closing(vip, port, sport):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", int(sport)))
+    sock.connect((vip, int(port)))
+    sock.settimeout(5)
+    sock.send(b"twice")
+    print(sock.recv(64).decode())
+    sock.close()
 
 
 def ask(conn):
@@ -108,7 +141,13 @@ def tcp_hold(vip, port, count, go, out):
 
 
 if __name__ == "__main__":
-    commands = {"udp-server": udp_server, "tcp-server": tcp_server, "udp-flows": udp_flows, "tcp-hold": tcp_hold}
+    commands = {
+        "udp-server": udp_server,
+        "tcp-server": tcp_server,
+        "udp-flows": udp_flows,
+        "udp-closing": udp_closing,
+        "tcp-hold": tcp_hold,
+    }
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

@@ -14,7 +14,9 @@
 # the weights (within 5% of each), a reload that removes b2 (only b2's flows
 # move; TCP connections to b1 and b3 keep their backend, and new flows split
 # 1:3), an agent restart that keeps every flow's backend, a refused reload
-# that changes nothing, and status.
+# that changes nothing, status, and ICMP errors following their flow both
+# ways (a backend's closed port refuses the client's socket; a client's
+# closed port is reported to the backend's).
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat46-gateway.sh
 set -uo pipefail
@@ -66,7 +68,7 @@ for i in 1 2 3; do
     ip -n "$b" link set b0 up
     ip -n "$node" link set "gw-b$i" up
     ip -n "$b" route add 2001:db8:46::/96 via "2001:db8:6:$i::1"
-    nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" udp-server "2001:db8:6:$i::2" 5353 "b$i" &
+    nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" udp-server "2001:db8:6:$i::2" 5353 "b$i" "$work/errors-b$i" &
     pids+=($!)
     nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" tcp-server "2001:db8:6:$i::2" 8080 "b$i" &
     pids+=($!)
@@ -181,5 +183,23 @@ pass_if "...and the flows are served as before" test "$(head -3000 "$work/udp-2"
 # (status exits 1 while the refused reload is listed as a problem)
 row() { in_node "$bin" status >"$work/status.txt"; grep -E '^ +198\.51\.100\.80:53 +udp +\[2001:db8:6:3::2\]:5353 +3 +3074 +[0-9]+$' "$work/status.txt"; }
 pass_if "status text: b3's row, weight 3, 3/4 of 4,099 buckets, its flows" row
+
+# --- ICMP errors follow their flow -------------------------------------------------
+# b3's port closes: its kernel's "port unreachable" reaches the client from the
+# VIP, quoting the client's own datagram, so the client's socket is refused.
+kill "${pids[4]}" # b3's UDP server
+at "${backends[2]}" sysctl -qw net.ipv6.icmp.ratelimit=0 # one error per flow, all to one client
+at "$c4" $flows udp-flows 198.51.100.80 53 20000 100 1 >"$work/udp-5"
+refused_as_expected() { # b1's flows answered as before, b3's refused
+    diff <(head -100 "$work/udp-2" | sed 's/ b3$/ refused/') "$work/udp-5"
+}
+pass_if "b3's port closed: its $(head -100 "$work/udp-2" | grep -c ' b3$') of 100 flows are refused (ICMP port unreachable from the VIP), b1's answered" \
+    refused_as_expected
+# The client's port closes: its "port unreachable" reaches the flow's backend,
+# quoting the backend's datagram to the embedded client.
+port=$(awk '$2 == "b1" { print $1; exit }' "$work/udp-2") # a flow of b1's, whose server runs
+closing=$(at "$c4" $flows udp-closing 198.51.100.80 53 "$port")
+pass_if "the client's port $port closed before $closing's second answer: b1's socket is told (ICMPv6 from the gateway)" \
+    retry 5 grep -qx "refused 2001:db8:46::c000:202 $port" "$work/errors-b1"
 
 tap_done

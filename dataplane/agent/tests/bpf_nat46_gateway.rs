@@ -214,3 +214,104 @@ fn one_client_port_cannot_reach_one_backend_through_two_frontends() {
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NAT46_CLASH), 1);
     assert_eq!(xlat.run(&to_vip(40001, 81, TCP, TCP_SYN), net.v4).verdict, TC_ACT_REDIRECT, "another port is fine");
 }
+
+/// `v4` embedded in the gateway's prefix, as the backends see it.
+fn embedded(v4: Ipv4Addr) -> Ipv6Addr {
+    let mut octets = CLIENT_AS_V6.octets();
+    octets[12..].copy_from_slice(&v4.octets());
+    octets.into()
+}
+
+/// Opens a UDP flow from the client's port 40000 to VIP:53; its backend.
+fn udp_flow(xlat: &mut Xlat, net: &Net) -> Ipv6Addr {
+    set_frontend(xlat, 53, UDP, FRONTEND, &[102]);
+    let run = xlat.run(&to_vip(40000, 53, UDP, 0), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    v6_flow(&run.packet).1
+}
+
+#[test]
+fn icmpv6_errors_about_a_flow_reach_its_client_from_the_vip_quoting_what_it_sent() {
+    let (net, mut xlat) = gateway("nat46-errors6");
+    let backend = udp_flow(&mut xlat, &net);
+    let router = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+    let error_about = |client_port: u16, from: Ipv6Addr, kind: u8, code: u8, rest: [u8; 4]| {
+        let quoted = ipv6(CLIENT_AS_V6, backend, 63, UDP, &udp(client_port, BACKEND_PORT, b"hello"), Some(6));
+        ethernet(ETH_IPV6, &ipv6(from, CLIENT_AS_V6, 64, 58, &icmp(kind, code, rest, &quoted), Some(2)))
+    };
+    for (from, kind, code, rest, want) in [
+        (backend, 1, 4, [0; 4], (3, 3)),            // port unreachable
+        (router, 2, 0, [0, 0, 0x05, 0x78], (3, 4)), // packet too big, MTU 1400
+        (router, 3, 0, [0; 4], (11, 0)),            // hop limit exceeded
+    ] {
+        let run = xlat.run(&error_about(40000, from, kind, code, rest), net.v6);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "ICMPv6 {kind}/{code}");
+        assert_well_formed(&run.packet);
+        let ip = &run.packet[14..];
+        assert_eq!((&ip[12..16], &ip[16..20]), (&VIP.octets()[..], &CLIENT.octets()[..]), "from the VIP to the client");
+        assert_eq!((ip[20], ip[21]), want, "ICMPv4 type and code");
+        if kind == 2 {
+            assert_eq!(u16::from_be_bytes([ip[26], ip[27]]), 1380, "1400 - 20");
+        }
+        let inner = &ip[28..];
+        assert_eq!((&inner[12..16], &inner[16..20]), (&CLIENT.octets()[..], &VIP.octets()[..]), "what the client sent");
+        let datagram = &inner[20..];
+        assert_eq!(&datagram[0..4], &[0x9c, 0x40, 0, 53], "from its port 40000 to the VIP's port 53");
+        assert_eq!(
+            fold(pseudo4(&inner[12..16], &inner[16..20], UDP, datagram.len()) + sum16(datagram)),
+            0,
+            "quoted checksum mended"
+        );
+    }
+
+    assert_eq!(xlat.run(&error_about(40001, backend, 1, 4, [0; 4]), net.v6).verdict, TC_ACT_SHOT, "about no flow");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_NAT46_NO_FLOW), 1);
+    // A quote that is not the destination's own packet says nothing of its flow.
+    let quoted = ipv6(embedded(Ipv4Addr::new(192, 0, 2, 9)), backend, 63, UDP, &udp(40000, BACKEND_PORT, b"x"), Some(6));
+    let stray = ethernet(ETH_IPV6, &ipv6(backend, CLIENT_AS_V6, 64, 58, &icmp(1, 4, [0; 4], &quoted), Some(2)));
+    assert_eq!(xlat.run(&stray, net.v6).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 1);
+    let echo = ethernet(ETH_IPV6, &ipv6(backend, CLIENT_AS_V6, 64, 58, &icmp(128, 0, [0, 1, 0, 1], b"ping"), Some(2)));
+    assert_eq!(xlat.run(&echo, net.v6).verdict, TC_ACT_SHOT, "an echo belongs to no flow");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 2);
+}
+
+#[test]
+fn icmp_errors_to_the_vip_reach_the_flows_backend_quoting_what_it_sent() {
+    let (net, mut xlat) = gateway("nat46-errors4");
+    let backend = udp_flow(&mut xlat, &net);
+    let router = Ipv4Addr::new(198, 18, 0, 1);
+    let error_about = |vip_port: u16, client_port: u16, from: Ipv4Addr, kind: u8, code: u8, rest: [u8; 4]| {
+        let quoted = ipv4(VIP, CLIENT, 63, UDP, 0, &udp(vip_port, client_port, b"hi"), Some(6));
+        ethernet(ETH_IPV4, &ipv4(from, VIP, 64, 1, 0, &icmp(kind, code, rest, &quoted), Some(2)))
+    };
+    for (from, kind, code, rest, want) in [
+        (CLIENT, 3, 3, [0; 4], (1, 4)),             // port unreachable: the client's port closed
+        (router, 3, 4, [0, 0, 0x05, 0x78], (2, 0)), // fragmentation needed, MTU 1400
+        (router, 11, 0, [0; 4], (3, 0)),            // time exceeded
+    ] {
+        let run = xlat.run(&error_about(53, 40000, from, kind, code, rest), net.v4);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "ICMP {kind}/{code}");
+        assert_well_formed(&run.packet);
+        let ip = &run.packet[14..];
+        assert_eq!(&ip[8..24], &embedded(from).octets(), "from the sender, embedded in the prefix");
+        assert_eq!(&ip[24..40], &backend.octets(), "to the flow's backend");
+        assert_eq!((ip[40], ip[41]), want, "ICMPv6 type and code");
+        if kind == 3 && code == 4 {
+            assert_eq!(u32::from_be_bytes(ip[44..48].try_into().unwrap()), 1420, "1400 + 20");
+        }
+        let inner = &ip[48..];
+        assert_eq!((&inner[8..24], &inner[24..40]), (&backend.octets()[..], &CLIENT_AS_V6.octets()[..]), "what the backend sent");
+        let datagram = &inner[40..];
+        assert_eq!(&datagram[0..4], &[0x1f, 0x90, 0x9c, 0x40], "from its port 8080 to the client's 40000");
+        let sum = pseudo6(&inner[8..24], &inner[24..40], UDP, datagram.len()) + sum16(datagram);
+        assert_eq!(fold(sum), 0, "quoted checksum mended");
+    }
+
+    assert_eq!(xlat.run(&error_about(53, 40001, CLIENT, 3, 3, [0; 4]), net.v4).verdict, TC_ACT_SHOT, "about no flow");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NAT46_NO_FLOW), 1);
+    // The VIP may be the host's own address: errors about its own packets are its.
+    let counted = xlat.counted_total();
+    assert_eq!(xlat.run(&error_about(22, 40000, CLIENT, 3, 3, [0; 4]), net.v4).verdict, TC_ACT_UNSPEC, "no frontend's port");
+    assert_eq!(xlat.counted_total(), counted, "the host program's to count");
+}

@@ -200,7 +200,8 @@ fn embedded(client: Ipv4Addr) -> Ipv6Addr {
 }
 
 /// A NAT46 gateway packet: an IPv4 client's to the VIP (a frontend's port
-/// mostly), or a backend's (mostly) to an embedded client.
+/// mostly), or a backend's (mostly) to an embedded client; one in five is
+/// an ICMP error about such a packet that went the other way.
 fn gateway_packet(rng: &mut Rng, v6: bool) -> Vec<u8> {
     let proto = rng.pick(&[6u8, 17]);
     let segment = |rng: &mut Rng, sport: u16, dport: u16| {
@@ -213,7 +214,23 @@ fn gateway_packet(rng: &mut Rng, v6: bool) -> Vec<u8> {
         }
     };
     let csum_at = Some(if proto == 6 { 16 } else { 6 });
-    if v6 {
+    let error = rng.below(5) == 0;
+    if v6 && error {
+        let client = embedded(v4_addr(rng));
+        let backend = if rng.below(4) == 0 { v6_addr(rng) } else { rng.pick(&BACKENDS) };
+        let client_port = port(rng);
+        let l4 = segment(rng, client_port, BACKEND_PORT);
+        let quote = ipv6(client, backend, 63, proto, &l4, csum_at);
+        let from = rng.pick(&[backend, "2001:db8:ff::1".parse().unwrap()]);
+        ethernet(ETH_IPV6, &ipv6(from, client, 64, 58, &icmp_message(rng, true, &quote), Some(2)))
+    } else if error {
+        let client = v4_addr(rng);
+        let (vip_port, client_port) = (rng.pick(&VIP_PORTS).0, port(rng));
+        let l4 = segment(rng, vip_port, client_port);
+        let quote = ipv4(VIP, client, 63, proto, 0x4000, &l4, csum_at);
+        let from = rng.pick(&[client, Ipv4Addr::new(198, 18, 0, 1)]);
+        ethernet(ETH_IPV4, &ipv4(from, VIP, 64, 1, 0, &icmp_message(rng, false, &quote), Some(2)))
+    } else if v6 {
         let src = if rng.below(4) == 0 { v6_addr(rng) } else { rng.pick(&BACKENDS) };
         let sport = if rng.below(4) == 0 { port(rng) } else { BACKEND_PORT };
         let dport = port(rng);
@@ -329,6 +346,7 @@ struct Bindings {
 #[derive(Default)]
 struct Flows46 {
     backend_of: HashMap<(Ipv4Addr, u16, u16, u8), (Ipv6Addr, u16)>,
+    errors: usize,
 }
 
 impl Flows46 {
@@ -340,6 +358,49 @@ impl Flows46 {
     fn observe(&mut self, input: &[u8], output: &[u8], xlat: &Xlat) -> Result<(), String> {
         let (i, o) = (&input[14..], &output[14..]);
         match ([input[12], input[13]], [output[12], output[13]]) {
+            // An ICMP error to the VIP about what it sent a client: to that
+            // flow's backend, quoting what the backend sent.
+            (ETH_IPV4, ETH_IPV6) if i.len() >= 56 && i[9] == 1 && i[16..20] == VIP.octets() => {
+                let quote = &i[28..];
+                let (proto, client) = (quote[9], Ipv4Addr::new(quote[16], quote[17], quote[18], quote[19]));
+                let (vip_port, client_port) = (port_at(quote, 20, proto, 0), port_at(quote, 20, proto, 2));
+                let (Some(vip_port), Some(client_port), true) = (vip_port, client_port, o.len() >= 92) else {
+                    return Err("an ICMP error to the VIP about no flow was translated".into());
+                };
+                let (backend, quoted_from): ([u8; 16], [u8; 16]) = (o[24..40].try_into().unwrap(), o[56..72].try_into().unwrap());
+                let backend_port = u16::from_be_bytes([o[88], o[89]]);
+                if quoted_from != backend
+                    || o[72..88] != embedded(client).octets()
+                    || port_at(o, 88, proto, 2) != Some(client_port)
+                {
+                    return Err("an ICMP error's quote is not what the backend sent".into());
+                }
+                self.errors += 1;
+                self.check((client, client_port, vip_port, proto), (backend.into(), backend_port), xlat)
+            }
+            // An ICMPv6 error to an embedded client about what it sent a
+            // backend: from the VIP, quoting what the client sent.
+            (ETH_IPV6, ETH_IPV4) if i.len() >= 92 && i[6] == 58 && i[24..36] == NAT46_PREFIX.octets()[..12] => {
+                let quote = &i[48..];
+                let (proto, backend): (u8, [u8; 16]) = (quote[6], quote[24..40].try_into().unwrap());
+                let client = Ipv4Addr::new(i[36], i[37], i[38], i[39]);
+                let (client_port, backend_port) = (port_at(quote, 40, proto, 0), port_at(quote, 40, proto, 2));
+                let (Some(client_port), Some(backend_port), true) = (client_port, backend_port, o.len() >= 52) else {
+                    return Err("an ICMPv6 error to a client about no flow was translated".into());
+                };
+                let out_quote = &o[28..];
+                if o[12..16] != VIP.octets()
+                    || o[16..20] != client.octets()
+                    || out_quote[12..16] != client.octets()
+                    || out_quote[16..20] != VIP.octets()
+                    || port_at(out_quote, 20, proto, 0) != Some(client_port)
+                {
+                    return Err("an ICMPv6 error left from elsewhere than the VIP, or quoting another packet".into());
+                }
+                let Some(vip_port) = port_at(out_quote, 20, proto, 2) else { return Err("no ports in the quote".into()) };
+                self.errors += 1;
+                self.check((client, client_port, vip_port, proto), (backend.into(), backend_port), xlat)
+            }
             (ETH_IPV4, ETH_IPV6) if i.len() >= 20 && i[16..20] == VIP.octets() && o.len() >= 44 => {
                 let (proto, l4) = (i[9], usize::from(i[0] & 0xf) * 4);
                 let client = Ipv4Addr::new(i[12], i[13], i[14], i[15]);
@@ -374,25 +435,31 @@ impl Flows46 {
                 if o[12..16] != VIP.octets() || o[16..20] != client.octets() {
                     return Err("a backend's packet left from another address than the VIP, or to another client".into());
                 }
-                let flow = (client, client_port, vip_port, proto);
-                let opened_unseen = || {
-                    xlat.nat46_state().iter().any(|(k, v)| {
-                        k.saddr == client.to_ipv6_mapped().octets()
-                            && k.daddr == VIP.to_ipv6_mapped().octets()
-                            && (k.sport, k.dport, k.proto) == (client_port.to_be(), vip_port.to_be(), proto)
-                            && (v.daddr, v.dport) == (backend, backend_port.to_be())
-                    })
-                };
-                match self.backend_of.get(&flow) {
-                    Some(&seen) if seen == (Ipv6Addr::from(backend), backend_port) => Ok(()),
-                    None if opened_unseen() => Ok(()),
-                    other => Err(format!(
-                        "{} port {backend_port} to {client} port {client_port} left from VIP port {vip_port}, whose flow is {other:?}",
-                        Ipv6Addr::from(backend)
-                    )),
-                }
+                self.check((client, client_port, vip_port, proto), (backend.into(), backend_port), xlat)
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Err unless `flow` is `backend`'s: seen so, or opened so by a packet
+    /// that was dropped later on its way (none came out to note).
+    fn check(&self, flow: (Ipv4Addr, u16, u16, u8), backend: (Ipv6Addr, u16), xlat: &Xlat) -> Result<(), String> {
+        let (client, client_port, vip_port, proto) = flow;
+        let opened_unseen = || {
+            xlat.nat46_state().iter().any(|(k, v)| {
+                k.saddr == client.to_ipv6_mapped().octets()
+                    && k.daddr == VIP.to_ipv6_mapped().octets()
+                    && (k.sport, k.dport, k.proto) == (client_port.to_be(), vip_port.to_be(), proto)
+                    && (v.daddr, v.dport) == (backend.0.octets(), backend.1.to_be())
+            })
+        };
+        match self.backend_of.get(&flow) {
+            Some(&seen) if seen == backend => Ok(()),
+            None if opened_unseen() => Ok(()),
+            other => Err(format!(
+                "{} port {} to {client} port {client_port} left from VIP port {vip_port}, whose flow is {other:?}",
+                backend.0, backend.1
+            )),
         }
     }
 }
@@ -552,12 +619,14 @@ fn fuzz(name: &str, seed: u64, count: usize, mutate: bool, mode: Mode) {
     eprintln!(
         "{name}: seed {seed:#x}, {count} packets: {passed} passed untouched, {translated} translated, \
          {replied} answered with an ICMP error, {dropped} dropped {drops:?}, {skipped} refused by BPF_PROG_TEST_RUN, \
-         {} bindings and {} gateway flows seen",
+         {} bindings, {} gateway flows and {} ICMP errors about them seen",
         bindings.by_client.len(),
-        flows.backend_of.len()
+        flows.backend_of.len(),
+        flows.errors
     );
     if mode == Mode::Gateway && !mutate {
         assert!(flows.backend_of.len() >= 500, "too few gateway flows ({}): the generator is off", flows.backend_of.len());
+        assert!(flows.errors >= 100, "too few ICMP errors about gateway flows ({}): the generator is off", flows.errors);
     }
     if mode == Mode::Stateful && !mutate {
         assert!(bindings.by_client.len() >= 16, "the pool's 16 ports per protocol should all have been seen in use");

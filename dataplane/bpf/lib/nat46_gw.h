@@ -6,7 +6,10 @@
  * destination and the client, embedded in the gateway's prefix, the source,
  * and the backend's port is written in; backend -> embedded client, the VIP
  * becomes the IPv4 source and its port is written back. The translator's
- * checksum updates cover the addresses, these helpers the ports.
+ * checksum updates cover the addresses, these helpers the ports. ICMP
+ * errors about a flow's packets follow the flow both ways (the error
+ * translation in nat64.bpf.c finds it by the quote), so path MTU discovery
+ * and "port unreachable" work through the gateway.
  *
  * A flow's backend comes from the frontend's Maglev table, so gateways
  * with the same configuration choose alike, and stays in the flow's state
@@ -84,6 +87,13 @@ static __always_inline int v6n_nat46_is_vip(__be32 addr)
 static __always_inline int v6n_nat46_is_client(const struct v6n_nat64_config *cfg, const struct in6_addr *addr)
 {
 	return cfg && cfg->nat46_on && v6n_bytes_eq(addr->s6_addr, cfg->nat46_prefix, 12);
+}
+
+/* An IPv4 address as the backends see it: in the gateway's prefix. */
+static __always_inline void v6n_nat46_embed(const struct v6n_nat64_config *cfg, __be32 addr, struct in6_addr *out)
+{
+	__builtin_memcpy(out->s6_addr, cfg->nat46_prefix, 12);
+	__builtin_memcpy(out->s6_addr + 12, &addr, 4);
 }
 
 /* The flow's entry the other way: the forward entry's key from a reverse
@@ -225,17 +235,17 @@ static __noinline int v6n_nat46_inbound(struct __sk_buff *skb, __u32 l4, struct 
 			return V6N_REASON_DROP_NAT46_STATE_FULL;
 	}
 	v6n_nat64_touch(out, &s->l4, 0, now);
-	__builtin_memcpy(client->s6_addr, cfg->nat46_prefix, 12);
-	__builtin_memcpy(client->s6_addr + 12, &s->ipv4_addrs[0], 4);
+	v6n_nat46_embed(cfg, s->ipv4_addrs[0], client);
 	__builtin_memcpy(backend, out->daddr, 16);
 	return v6n_nat64_write_port(skb, &s->l4, out->dport);
 }
 
 /*
- * Backend -> embedded client (TCP or UDP at V6N_NAT64_L4(offset, protocol)
- * `l4`, no extension headers before it): the flow's VIP port goes into the
- * packet. Returns the VIP (non-negative) for the translator's IPv4 source,
- * or a drop reason negated.
+ * Backend -> embedded client (TCP, UDP or ICMPv6 at V6N_NAT64_L4(offset,
+ * protocol) `l4`, no extension headers before it): the flow's VIP port goes
+ * into the packet. Returns the VIP (positive) for the translator's IPv4
+ * source, 0 for an ICMPv6 error (whose VIP the error translation finds by the
+ * flow it quotes), or a drop reason negated.
  */
 static __noinline __s64 v6n_nat46_outbound(struct __sk_buff *skb, __u32 l4)
 {
@@ -245,6 +255,12 @@ static __noinline __s64 v6n_nat46_outbound(struct __sk_buff *skb, __u32 l4)
 
 	if (!s)
 		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	if ((l4 & 0xff) == IPPROTO_ICMPV6) {
+		/* Errors about a flow's packets are; echoes are no flow's. */
+		if (bpf_skb_load_bytes(skb, l4 >> 8, s->l4_header, 1) < 0)
+			return -V6N_REASON_DROP_MALFORMED;
+		return s->l4_header[0] < ICMPV6_ECHO_REQUEST ? 0 : -V6N_REASON_DROP_UNTRANSLATABLE;
+	}
 	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 0, &s->l4, s->l4_header);
 	if (reason)
 		return -reason;
