@@ -6,7 +6,9 @@ server answered, for tests/netns/nat46-gateway.sh (not a test itself).
   udp-server ADDR PORT NAME ERRORS answer each datagram with NAME ("twice": again
                                    0.5 s later); append "refused ADDR PORT" to
                                    ERRORS for each ICMPv6 error about an answer
-  tcp-server ADDR PORT NAME        answer each line of each connection with NAME
+  tcp-server ADDR PORT NAME        answer each line of each connection with NAME;
+                                   "big SIZE" with NAME then SIZE - len(NAME) bytes
+  tcp-big VIP PORT SIZE            asks for SIZE bytes; prints "RECEIVED NAME"
   udp-flows VIP PORT FIRST COUNT [WAIT]
                                    one flow from each source port FIRST..;
                                    prints "PORT NAME" per flow ("PORT -"
@@ -70,6 +72,15 @@ def tcp_server(addr, port, name):
                 sel.unregister(key.fileobj)
                 key.fileobj.close()
                 continue
+            if data.startswith(b"big "):
+                size = int(data.split()[1])
+                key.fileobj.settimeout(20)  # blocking, as long as the path needs
+                try:
+                    key.fileobj.sendall(name.encode() + bytes(size - len(name)))
+                except OSError:
+                    pass
+                key.fileobj.setblocking(False)
+                continue
             key.fileobj.sendall((name + "\n").encode() * data.count(b"\n"))
 
 
@@ -105,6 +116,21 @@ def udp_closing(vip, port, sport):
     sock.send(b"twice")
     print(sock.recv(64).decode())
     sock.close()
+
+
+def tcp_big(vip, port, size):
+    conn = socket.create_connection((vip, int(port)), timeout=20)
+    conn.sendall(f"big {size}\n".encode())
+    data = b""
+    try:
+        while len(data) < int(size):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except socket.timeout:
+        pass
+    print(len(data), data[:2].decode())
 
 
 def ask(conn):
@@ -147,6 +173,7 @@ if __name__ == "__main__":
         "udp-flows": udp_flows,
         "udp-closing": udp_closing,
         "tcp-hold": tcp_hold,
+        "tcp-big": tcp_big,
     }
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)

@@ -9,6 +9,7 @@
 #   c4 192.0.2.2 -- gw4 192.0.2.1 (agent) gw-b1 -- b1 2001:db8:6:1::2  weight 1
 #   (route to 198.51.100.0/24 via gw)     gw-b2 -- b2 2001:db8:6:2::2  weight 2
 #                                         gw-b3 -- b3 2001:db8:6:3::2  weight 3
+#   c5 192.0.4.2 -- r4 (MTU 1400 towards c5) -- gw5 192.0.3.1
 #
 # Covers TCP and UDP through the VIP, the shares of 12,000 flows against
 # the weights (within 5% of each), a reload that removes b2 (only b2's flows
@@ -16,7 +17,8 @@
 # 1:3), an agent restart that keeps every flow's backend, a refused reload
 # that changes nothing, status, and ICMP errors following their flow both
 # ways (a backend's closed port refuses the client's socket; a client's
-# closed port is reported to the backend's).
+# closed port is reported to the backend's; an IPv4 router's Fragmentation
+# Needed shrinks the backend's TCP segments to c5 behind it).
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat46-gateway.sh
 set -uo pipefail
@@ -30,7 +32,7 @@ for tool in jq python3; do
 done
 
 id=v6g$$
-node=$id-gw c4=$id-c4
+node=$id-gw c4=$id-c4 r4=$id-r4 c5=$id-c5
 backends=("$id-b1" "$id-b2" "$id-b3")
 work=$(mktemp -d)
 root=$work/root
@@ -42,14 +44,14 @@ cleanup() {
     for pid in "${pids[@]}" ${agent_pid:-}; do kill "$pid" 2>/dev/null; done
     wait 2>/dev/null
     in_node "$bin" detach --force >/dev/null 2>&1
-    for ns in "$node" "$c4" "${backends[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    for ns in "$node" "$c4" "$r4" "$c5" "${backends[@]}"; do ip netns del "$ns" 2>/dev/null; done
     rm -rf "$V6NODE_PIN_DIR" "$work"
 }
 trap cleanup EXIT
 at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-for ns in "$node" "$c4" "${backends[@]}"; do
+for ns in "$node" "$c4" "$r4" "$c5" "${backends[@]}"; do
     ip netns add "$ns"
     at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
     ip -n "$ns" link set lo up
@@ -60,6 +62,18 @@ ip -n "$node" addr add 192.0.2.1/24 dev gw4
 ip -n "$c4" link set c0 up
 ip -n "$node" link set gw4 up
 ip -n "$c4" route add 198.51.100.0/24 via 192.0.2.1
+# c5 announces an MSS for its own 1500-byte link; the path is narrower.
+ip -n "$r4" link add r0 type veth peer name gw5 netns "$node"
+ip -n "$r4" link add r1 mtu 1400 type veth peer name c0 netns "$c5"
+ip -n "$node" addr add 192.0.3.1/24 dev gw5
+ip -n "$r4" addr add 192.0.3.2/24 dev r0
+ip -n "$r4" addr add 192.0.4.1/24 dev r1
+ip -n "$c5" addr add 192.0.4.2/24 dev c0
+for link in "$node gw5" "$r4 r0" "$r4 r1" "$c5 c0"; do ip -n ${link% *} link set ${link#* } up; done
+ip -n "$node" route add 192.0.4.0/24 via 192.0.3.2
+ip -n "$r4" route add 198.51.100.0/24 via 192.0.3.1
+ip -n "$c5" route add default via 192.0.4.1
+at "$r4" sysctl -qw net.ipv4.ip_forward=1
 for i in 1 2 3; do
     b=${backends[i - 1]}
     ip -n "$b" link add b0 type veth peer name "gw-b$i" netns "$node"
@@ -89,11 +103,11 @@ gateway_config() {
 [services]
 cgroup = ""
 [attach]
-devices = ["gw4", "gw-b*"]
+devices = ["gw4", "gw5", "gw-b*"]
 [bigtcp]
 devices = []
 [nat64]
-devices = ["gw4", "gw-b*"]
+devices = ["gw4", "gw5", "gw-b*"]
 [nat46]
 source_prefix = "2001:db8:46::/96"
 [[nat46.gateway]]
@@ -201,5 +215,15 @@ port=$(awk '$2 == "b1" { print $1; exit }' "$work/udp-2") # a flow of b1's, whos
 closing=$(at "$c4" $flows udp-closing 198.51.100.80 53 "$port")
 pass_if "the client's port $port closed before $closing's second answer: b1's socket is told (ICMPv6 from the gateway)" \
     retry 5 grep -qx "refused 2001:db8:46::c000:202 $port" "$work/errors-b1"
+# Path MTU discovery: the backend's 1500-byte packets become 1480-byte IPv4
+# ones with DF, which r4 cannot pass to c5; its Fragmentation Needed reaches
+# the backend as Packet Too Big (MTU 1420), and the segments shrink.
+got=$(at "$c5" $flows tcp-big 198.51.100.80 80 300000)
+pass_if "c5 behind a 1400-byte IPv4 hop receives 300,000 bytes from a backend through the VIP ($got)" \
+    test "${got% *}" = 300000
+pmtu_learnt() { # the backend that answered routes to c5 with MTU 1420
+    at "${backends[${got#* b} - 1]}" ip -6 route get 2001:db8:46::c000:402 | grep -q 'mtu 1420'
+}
+pass_if "...and that backend learnt path MTU 1420 to c5 (2001:db8:46::c000:402)" pmtu_learnt
 
 tap_done
