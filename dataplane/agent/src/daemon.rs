@@ -311,8 +311,6 @@ impl Daemon {
         Ok(wanted)
     }
 
-    /// The periodic repair: pods whose devices vanished lose their
-    /// endpoints, then attachments are brought in line.
     /// Stateful NAT64's timer: ends expired bindings, gives their ports
     /// back, and refreshes what `status` shows of the pool.
     fn sweep_nat64(&mut self) {
@@ -376,6 +374,8 @@ impl Daemon {
         }
     }
 
+    /// The periodic repair: pods whose devices vanished lose their
+    /// endpoints, then attachments are brought in line.
     async fn resync(&mut self) {
         match self.endpoints.prune(&self.paths) {
             Ok(gone) => {
