@@ -6,7 +6,7 @@ of clients under 2001:db8:ff::/64 on pool addresses from 198.18.0.0, which
 the configured pool does not hold (no port of its queues is taken), live for
 as long as UDP bindings live. Layout: struct v6n_ct_key / v6n_ct_value (abi.h).
 
-  nat64-state-fill.py PINNED_MAP COUNT
+  nat64-state-fill.py PINNED_MAP COUNT [FIRST]   (bindings FIRST.., default 0)
 """
 import ctypes
 import ipaddress
@@ -33,6 +33,7 @@ def bpf(command, attr):
 
 def main():
     path, count = sys.argv[1].encode(), int(sys.argv[2])
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     path_buf = ctypes.create_string_buffer(path)
     fd = bpf(BPF_OBJ_GET, struct.pack("=QII", ctypes.addressof(path_buf), 0, 0))
     key = ctypes.create_string_buffer(40)
@@ -41,7 +42,7 @@ def main():
     now = time.monotonic_ns()
     base6 = int(ipaddress.IPv6Address("2001:db8:ff::"))
     base4 = int(ipaddress.IPv4Address("198.18.0.0"))
-    for i in range(count):
+    for i in range(first, first + count):
         client = (base6 + i).to_bytes(16, "big")
         pool = b"\0" * 10 + b"\xff\xff" + (base4 + i // 60000).to_bytes(4, "big")
         port = struct.pack("!H", 1024 + i % 60000)

@@ -56,6 +56,8 @@ pub struct StatefulStats {
     pub permits: usize,
     /// Bindings the sweep has ended since the agent started.
     pub expired: u64,
+    /// Those the last sweep ended, in last_sweep_micros: the tear-down rate.
+    pub last_sweep_expired: u64,
     pub last_sweep_micros: u64,
 }
 
@@ -406,6 +408,7 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
         bindings: pool_sides.len() - expired.len(),
         permits: kept_permits.len(),
         expired: expired.len() as u64,
+        last_sweep_expired: expired.len() as u64,
         last_sweep_micros: started.elapsed().as_micros() as u64,
     })
 }
