@@ -156,12 +156,26 @@ static __always_inline void v6n_nat64_quote_port(__u8 *l4, __u8 proto, __u32 at,
 		*check = 0xffff;
 }
 
+/* Stateful NAT64: an ICMPv6 error (straight after the IPv6 header) about a
+ * packet to a source that may use the pool. A router on the clients' side
+ * sends those from an address of its own, which need not be such a source. */
+static __noinline int v6n_nat64_error_to_client(struct __sk_buff *skb, __u8 nexthdr)
+{
+	struct in6_addr quoted_daddr;
+	__u8 type;
+
+	return nexthdr == IPPROTO_ICMPV6 && bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN, &type, 1) == 0 &&
+	       v6n_is_icmp6_error(type) &&
+	       bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8 + 24, &quoted_daddr, 16) == 0 &&
+	       v6n_nat64_may_use_pool(&quoted_daddr);
+}
+
 /*
- * Stateful NAT64, an ICMPv6 error from a client (RFC 6146 3.5.3): about a
- * packet its binding brought in, so the quote's destination port names the
- * binding. The error leaves from the pool address (returned), the quote's
- * destination becomes the pool's transport address. A drop reason is
- * returned negated.
+ * Stateful NAT64, an ICMPv6 error from a client or a router on its side
+ * (RFC 6146 3.5.3): about a packet the client's binding brought in, so the
+ * quote's destination and its port name the binding. The error leaves from
+ * the pool address (returned), the quote's destination becomes the pool's
+ * transport address. A drop reason is returned negated.
  */
 static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
 {
@@ -173,15 +187,14 @@ static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
 	if (!cfg || !error || !s)
 		return -V6N_REASON_DROP_UNMAPPED;
 	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
-	/* The client, then the quoted header and its first 8 bytes. */
-	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 8, s->client_key.saddr, 16) < 0 ||
-	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, s->quote, V6N_IP6_HLEN + V6N_INNER_L4) < 0)
+	/* The quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, s->quote, V6N_IP6_HLEN + V6N_INNER_L4) < 0)
 		return -V6N_REASON_DROP_MALFORMED;
 	const struct ipv6hdr *inner = (const void *)s->quote;
 	__u8 proto = inner->nexthdr;
-	if (inner->version != 6 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP) ||
-	    !v6n_bytes_eq(inner->daddr.s6_addr, s->client_key.saddr, 16))
+	if (inner->version != 6 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
 		return -V6N_REASON_DROP_UNTRANSLATABLE;
+	__builtin_memcpy(s->client_key.saddr, inner->daddr.s6_addr, 16);
 	__builtin_memcpy(&s->client_key.sport, s->quote + V6N_IP6_HLEN + 2, 2);
 	s->client_key.proto = proto;
 	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key);
@@ -604,7 +617,7 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 		__builtin_memcpy(key.addr, &ip6.daddr, 16);
 		if (bpf_map_lookup_elem(&v6n_eam6, &key))
 			return V6N_NOT_OURS;
-		if (!v6n_nat64_may_use_pool(&ip6.saddr))
+		if (!v6n_nat64_may_use_pool(&ip6.saddr) && !v6n_nat64_error_to_client(skb, ip6.nexthdr))
 			return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
 		stateful = 1;
 	}

@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Many flows at once for tests/netns/nat64-stateful.sh (not a test itself).
 
-  tcp-server ADDR PORT PEERS    echo lines; append each peer "ADDR PORT" to PEERS
+  tcp-server ADDR PORT PEERS    echo lines ("big SIZE": answer SIZE bytes instead);
+                                append each peer "ADDR PORT" to PEERS
   tcp-clients TARGET PORT N GO RESULT
                                 open N connections, check an echo on each, write
                                 "open K" to RESULT; once the file GO exists, check
                                 an echo on each again and write "open K alive L"
+  tcp-big TARGET PORT SIZE      asks for SIZE bytes; prints how many arrived
   udp-server ADDR PORT          echo datagrams
   udp-flows TARGET PORT N       N sockets, one datagram each, then the first N-1
                                 again; prints "first A again B" (answers counted)
@@ -25,7 +27,7 @@ async def tcp_server(addr, port, peers_path):
         peers.write(f"{host} {peer_port}\n")
         try:
             while line := await reader.readline():
-                writer.write(line)
+                writer.write(bytes(int(line.split()[1])) if line.startswith(b"big ") else line)
                 await writer.drain()
         except ConnectionError:
             pass
@@ -61,6 +63,18 @@ async def tcp_clients(target, port, count, go, result):
     alive = sum(await asyncio.gather(*(echo(c, b"after\n") for c in conns)))
     with open(result, "w") as out:
         out.write(f"open {opened} alive {alive}\n")
+
+
+def tcp_big(target, port, size):
+    conn = socket.create_connection((target, int(port)), timeout=20)
+    conn.sendall(f"big {size}\n".encode())
+    received = 0
+    try:
+        while received < int(size) and (chunk := conn.recv(65536)):
+            received += len(chunk)
+    except socket.timeout:
+        pass
+    print(received)
 
 
 def udp_server(addr, port):
@@ -101,6 +115,8 @@ def main():
         asyncio.run(tcp_server(*args))
     elif command == "tcp-clients":
         asyncio.run(tcp_clients(*args))
+    elif command == "tcp-big":
+        tcp_big(*args)
     elif command == "udp-server":
         udp_server(*args)
     elif command == "udp-flows":

@@ -8,12 +8,14 @@
 #   c1 2001:db8:6:1::2 --+
 #   c2 2001:db8:6:2::2 --+-- gw (agent) 192.0.2.1 -- s4 192.0.2.2 (route to 203.0.113.0/24 via gw)
 #   c3 2001:db8:6:3::2 --+
+#   c4 2001:db8:6:5::2 -- r6 (MTU 1400 towards c4; 2001:db8:7:4::2, no source of the pool's) --+
 #
 # Covers ping (identifiers), 1,200 TCP connections seen by the server from
 # the pool address with 1,200 distinct ports, an agent restart that keeps
 # every one of them, a UDP range of 100 exhausted on purpose (the 101st flow
 # refused and counted, the 100 untouched), bindings expiring by the agent's
-# sweep and their ports coming back, and status and metrics of the pool.
+# sweep and their ports coming back, status and metrics of the pool, and
+# path MTU discovery for c4 behind an IPv6 router with a 1400-byte hop.
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat64-stateful.sh
 set -uo pipefail
@@ -27,7 +29,7 @@ for tool in jq python3 ss; do
 done
 
 id=v6s$$
-node=$id-gw s4=$id-s4
+node=$id-gw s4=$id-s4 r6=$id-r6 c4=$id-c4
 clients=("$id-c1" "$id-c2" "$id-c3")
 work=$(mktemp -d)
 root=$work/root
@@ -39,7 +41,7 @@ cleanup() {
     for pid in "${pids[@]}" ${agent_pid:-}; do kill "$pid" 2>/dev/null; done
     wait 2>/dev/null
     in_node "$bin" detach --force >/dev/null 2>&1
-    for ns in "$node" "$s4" "${clients[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    for ns in "$node" "$s4" "$r6" "$c4" "${clients[@]}"; do ip netns del "$ns" 2>/dev/null; done
     rm -rf "$V6NODE_PIN_DIR" "$work"
 }
 trap cleanup EXIT
@@ -47,7 +49,7 @@ at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 ulimit -n "$(ulimit -Hn)" # the server holds 1,300 connections
-for ns in "$node" "$s4" "${clients[@]}"; do
+for ns in "$node" "$s4" "$r6" "$c4" "${clients[@]}"; do
     ip netns add "$ns"
     at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
     ip -n "$ns" link set lo up
@@ -67,6 +69,18 @@ ip -n "$s4" addr add 192.0.2.2/24 dev s0
 ip -n "$node" link set gw4 up
 ip -n "$s4" link set s0 up
 ip -n "$s4" route add 203.0.113.0/24 via 192.0.2.1
+# c4 announces an MSS for its own 1500-byte link; the path is narrower.
+ip -n "$r6" link add r0 type veth peer name gw-r netns "$node"
+ip -n "$r6" link add r1 mtu 1400 type veth peer name c0 netns "$c4"
+ip -n "$node" addr add 2001:db8:7:4::1/64 dev gw-r
+ip -n "$r6" addr add 2001:db8:7:4::2/64 dev r0
+ip -n "$r6" addr add 2001:db8:6:5::1/64 dev r1
+ip -n "$c4" addr add 2001:db8:6:5::2/64 dev c0
+for link in "$node gw-r" "$r6 r0" "$r6 r1" "$c4 c0"; do ip -n ${link% *} link set ${link#* } up; done
+ip -n "$node" route add 2001:db8:6:5::/64 via 2001:db8:7:4::2
+ip -n "$r6" route add default via 2001:db8:7:4::1
+ip -n "$c4" route add default via 2001:db8:6:5::1
+at "$r6" sysctl -qw net.ipv6.conf.all.forwarding=1
 at "$node" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
 
 mkdir -p "$root/usr/lib/v6node" "$root/etc/v6node/dataplane.d"
@@ -74,11 +88,11 @@ cat >"$root/usr/lib/v6node/dataplane.toml" <<'TOML'
 [services]
 cgroup = ""
 [attach]
-devices = ["gw-c*", "gw4"]
+devices = ["gw-c*", "gw-r", "gw4"]
 [bigtcp]
 devices = []
 [nat64]
-devices = ["gw-c*", "gw4"]
+devices = ["gw-c*", "gw-r", "gw4"]
 [nat64.stateful]
 pool = ["203.0.113.1"]
 sources = ["2001:db8:6::/48"]
@@ -150,5 +164,15 @@ at "${clients[1]}" $flows udp-flows "$server" 7001 100 >"$work/udp-2"
 pass_if "another client gets all 100 ports" grep -qx 'first 100 again 99' "$work/udp-2"
 pool_row() { in_node "$bin" status | grep -E '^ +203\.0\.113\.1 +udp +100 +100$'; }
 pass_if "status text: the pool's table shows the UDP ports in use again" retry 10 pool_row
+
+# --- path MTU discovery through a router on the clients' side -----------------------
+# The server's 1480-byte segments become 1500-byte IPv6 packets, which r6
+# cannot pass to c4; its Packet Too Big (from an address that may not use the
+# pool) reaches the server as Fragmentation Needed (MTU 1380) from the pool.
+got=$(at "$c4" $flows tcp-big "$server" 7000 300000)
+pass_if "c4 behind a 1400-byte IPv6 hop receives 300,000 bytes from the server through the pool (received $got)" \
+    test "$got" = 300000
+pass_if "...and the server learnt path MTU 1380 to the pool address" \
+    bash -c "ip -n $s4 route get 203.0.113.1 | grep -q 'mtu 1380'"
 
 tap_done

@@ -325,6 +325,33 @@ fn icmpv6_errors_from_a_client_leave_from_its_binding_quoting_what_the_server_se
 }
 
 #[test]
+fn a_routers_icmpv6_error_about_a_bindings_packet_leaves_from_the_pool() {
+    let (net, xlat) = gateway("errors6-router", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    // The server's answer was too big for a link between the gateway and the
+    // client; the router there is no source that may use the pool.
+    let router: Ipv6Addr = "2001:db8:ff::1".parse().unwrap();
+    let too_big = |client: Ipv6Addr| {
+        let quoted = ipv6(face(SERVER), client, 63, 17, &udp(53, 40000, &[0; 1300]), Some(6));
+        ethernet(ETH_IPV6, &ipv6(router, face(SERVER), 64, 58, &icmp(2, 0, [0, 0, 0x05, 0x00], &quoted[..1232]), Some(2)))
+    };
+    let run = xlat.run(&too_big(CLIENT), net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet);
+    assert_eq!((&ip[12..16], &ip[16..20]), (&POOL.octets()[..], &SERVER.octets()[..]), "from the pool address");
+    assert_eq!((ip[20], ip[21]), (3, 4), "fragmentation needed");
+    assert_eq!(u16::from_be_bytes([ip[26], ip[27]]), 1260, "1280 - 20");
+    let inner = &ip[28..];
+    assert_eq!((&inner[12..16], &inner[16..20]), (&SERVER.octets()[..], &POOL.octets()[..]));
+    assert_eq!(&inner[20..24], &[0, 53, (port >> 8) as u8, port as u8], "to the pool's port");
+
+    // About a host that may not use the pool: not stateful NAT64's.
+    assert_eq!(xlat.run(&too_big(STRANGER), net.v6).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_UNMAPPED), 1);
+}
+
+#[test]
 fn a_client_reaches_another_through_its_pool_address_hairpinned() {
     let (net, xlat) = gateway("hairpin", ENDPOINT_INDEPENDENT, 1024, 1031);
     let port2 = bind(&xlat, &net, &udp_out(CLIENT2, 40001, SERVER));
