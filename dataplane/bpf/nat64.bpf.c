@@ -1291,8 +1291,8 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 			__u32 zero = 0;
 			struct v6n_icmp_scratch *scratch = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
 
-			if (hlen != V6N_IP4_HLEN)
-				return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+			if (hlen != V6N_IP4_HLEN) /* to a VIP: maybe the host's own */
+				return vip ? V6N_NOT_OURS : V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
 			if (!scratch)
 				return V6N_DROP(V6N_REASON_DROP_MALFORMED);
 			/* To the pool or a VIP: v6n_4to6_icmp_error finds the
