@@ -35,20 +35,6 @@ retry() {
     done
 }
 
-# listening NETNS tcp|udp PORT: wait up to 10 s until a socket in NETNS is
-# bound to PORT. A server started in the background is there only then, and
-# a slow machine takes longer than any fixed sleep to start one.
-listening() {
-    local kind=t
-    [[ $2 == udp ]] && kind=u
-    for _ in $(seq 100); do
-        [[ -n "$(nsenter --net="/run/netns/$1" ss -Hnl$kind "sport = :$3")" ]] && return 0
-        sleep 0.1
-    done
-    echo "nothing in $1 is bound to $2 port $3"
-    return 1
-}
-
 tap_done() {
     echo "1..$tap_count"
     echo "$((tap_count - tap_failed)) passed, $tap_failed failed"

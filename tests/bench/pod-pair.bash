@@ -62,14 +62,7 @@ else:
 EOF
 
 # --- measuring -------------------------------------------------------------------
-wait_for() { # $1: what is awaited, rest: a command succeeding once it is there
-    local what=$1
-    shift
-    for _ in $(seq 200); do "$@" && return 0; sleep 0.05; done
-    die "no $what after 10 s; logs in $work"
-}
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-listening() { [[ -n "$(at "$ns_b" ss -Hltn "sport = :$1")" ]]; }
 # ICMPv6 Packet Too Big sent by the namespaces that route (none: 0).
 node_ptbs() {
     local ns total=0 n
@@ -86,8 +79,8 @@ start_servers() {
     nsenter --net="/run/netns/$ns_b" taskset -c "$pp_cpu" "$py" "$work/pingpong.py" server "$addr_b" "$pp_port" \
         >"$work/pingpong-server.log" 2>&1 &
     pp_server=$!
-    wait_for "iperf3 server in pod B" listening 5201
-    wait_for "ping-pong server in pod B" listening "$pp_port"
+    wait_for "iperf3 server in pod B" bound "$ns_b" tcp 5201
+    wait_for "ping-pong server in pod B" bound "$ns_b" tcp "$pp_port"
 }
 set_gso() { # $1: GSO and GRO maximum, bytes, on every link in bigtcp_links
     local size=$1 link ns dev got

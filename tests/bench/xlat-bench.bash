@@ -2,16 +2,9 @@
 # Sourced by the translator benchmarks with a client, a gateway and a server
 # namespace (tests/bench/nat64-stateful, tests/bench/nat46-gateway); not a
 # benchmark itself. Expects: client_ns, server_ns, gw (namespaces), work,
-# bin, secs, reps, V6NODE_PIN_DIR, V6NODE_STATE_DIR, and `at` and `log`/`die`.
+# bin, secs, reps, V6NODE_PIN_DIR, V6NODE_STATE_DIR, `at`, and scripts/lib.sh.
 # Sets result[MODE,tx|rx|pps|cps] (medians) through `measure`.
-wait_for() {
-    local what=$1
-    shift
-    for _ in $(seq 200); do "$@" && return 0; sleep 0.05; done
-    die "no $what after 10 s; logs in $work"
-}
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-listening() { [[ -n "$(at "$server_ns" ss -Hltn "sport = :$1")" ]]; }
 stop() { kill "${!1}"; wait "${!1}" 2>/dev/null || true; printf -v "$1" ''; }
 iperf() {
     local target=$1 out
@@ -28,8 +21,8 @@ measure() {
     server=$!
     nsenter --net="/run/netns/$server_ns" "$work/connrate" server "$bind" 7100 &
     connserver=$!
-    wait_for "iperf3 server" listening 5201
-    wait_for "connrate server" listening 7100
+    wait_for "iperf3 server" bound "$server_ns" tcp 5201
+    wait_for "connrate server" bound "$server_ns" tcp 7100
     at "$client_ns" ping -c1 -W2 "$target" >/dev/null || die "$mode: no reply from $target to a ping"
     for _ in $(seq "$reps"); do
         if [[ -z "${4:-}" ]]; then

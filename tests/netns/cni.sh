@@ -11,6 +11,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+. "$top/scripts/lib.sh"
 . "$top/tests/lib.sh"
 . "$here/agent.bash"
 cni_bin=${V6NODE_CNI:-$(dirname "$bin")/v6node-cni}
@@ -132,7 +133,7 @@ pass_if "the node -> pod a" in_node ping -6 -c 2 -i 0.2 -W 2 "$a"
 pass_if "pod a -> a host outside the node" in_pod a ping -6 -c 2 -i 0.2 -W 2 fd00:6e::1
 pass_if "a host outside the node -> pod b" in_remote ping -6 -c 2 -i 0.2 -W 2 "$b"
 in_pod b iperf3 -s -1 -D -B "$b" >/dev/null 2>&1
-listening "$id-b" tcp 5201
+wait_for "iperf3 server in pod b" bound "$id-b" tcp 5201
 pass_if "TCP pod a -> pod b (iperf3, 2 s)" in_pod a iperf3 -c "$b" -t 2 -J
 counted() { status_json | jq -e "[.counters[] | select($1)] | map(.packets) | add > 0"; }
 pass_if "counters: pod traffic routed in BPF (from_pod)" counted '.direction == "from_pod" and .reason == "routed"'

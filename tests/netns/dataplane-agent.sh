@@ -10,6 +10,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+. "$top/scripts/lib.sh"
 . "$top/tests/lib.sh"
 . "$here/agent.bash"
 
@@ -157,7 +158,7 @@ pass_if "link ids unchanged by the restart" test "$(jq_status '[.links[] | "\(.d
 
 in_node iperf3 -s -1 -B fd00:6e::2 >/dev/null 2>&1 &
 iperf_server=$!
-listening "$node" tcp 5201
+wait_for "iperf3 server" bound "$node" tcp 5201
 in_peer iperf3 -c fd00:6e::2 -t 4 -J >"$work/iperf.json" 2>&1 &
 iperf_client=$!
 sleep 1.5

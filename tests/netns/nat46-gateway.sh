@@ -24,6 +24,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+. "$top/scripts/lib.sh"
 . "$top/tests/lib.sh"
 . "$here/agent.bash"
 
@@ -88,7 +89,7 @@ for i in 1 2 3; do
     pids+=($!)
 done
 at "$node" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
-for b in "${backends[@]}"; do listening "$b" udp 5353 && listening "$b" tcp 8080 || exit 1; done
+for b in "${backends[@]}"; do wait_for "$b's servers" bound "$b" udp 5353 && wait_for "$b's servers" bound "$b" tcp 8080; done
 
 # gateway_config "WEIGHTS": the vendor config with b1..b3 at those weights
 # ("-" leaves one out).

@@ -21,6 +21,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+. "$top/scripts/lib.sh"
 . "$top/tests/lib.sh"
 . "$here/agent.bash"
 
@@ -115,7 +116,7 @@ pass_if "ping c2 and c3 at once (one echo identifier each)" bash -c "
 # --- 1,200 TCP connections, and an agent restart under them ------------------------
 nsenter --net="/run/netns/$s4" python3 "$here/nat64-flows.py" tcp-server 192.0.2.2 7000 "$work/peers" &
 pids+=($!)
-listening "$s4" tcp 7000
+wait_for "the TCP server" bound "$s4" tcp 7000
 for i in 1 2 3; do
     nsenter --net="/run/netns/${clients[i - 1]}" python3 "$here/nat64-flows.py" \
         tcp-clients "$server" 7000 400 "$work/go" "$work/tcp-$i" &
@@ -145,7 +146,7 @@ pass_if "...on ports no earlier connection holds (1,300 distinct)" \
 # --- UDP: a range of 100, exhausted on purpose --------------------------------------
 nsenter --net="/run/netns/$s4" python3 "$here/nat64-flows.py" udp-server 192.0.2.2 7001 &
 pids+=($!)
-listening "$s4" udp 7001
+wait_for "the UDP server" bound "$s4" udp 7001
 counter() { jq_status --arg d "$1" --arg r "$2" '[.counters[] | select(.direction == $d and .reason == $r) | .packets] | add // 0'; }
 before=$(counter 6to4 nat64_pool_exhausted)
 at "${clients[0]}" $flows udp-flows "$server" 7001 101 >"$work/udp-1"

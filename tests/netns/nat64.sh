@@ -18,6 +18,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+. "$top/scripts/lib.sh"
 . "$top/tests/lib.sh"
 . "$here/agent.bash"
 
@@ -113,7 +114,7 @@ nsenter --net="/run/netns/$v4" iperf3 -s -B 203.0.113.2 >"$work/iperf-v4.log" 2>
 pids+=($!)
 nsenter --net="/run/netns/$v6" iperf3 -s -B 2001:db8:6::2 >"$work/iperf-v6.log" 2>&1 &
 pids+=($!)
-listening "$v4" tcp 5201 && listening "$v6" tcp 5201 || exit 1
+wait_for "iperf3 servers" bound "$v4" tcp 5201 && wait_for "iperf3 servers" bound "$v6" tcp 5201
 received() { jq -e '.end.sum_received.bytes > 1000000' >/dev/null; }
 tcp_v6_to_v4() { at "$v6" iperf3 -c "$server4" -t 2 -J | received; }
 tcp_v4_to_v6() { at "$v4" iperf3 -c 198.51.100.6 -t 2 -J | received; }
@@ -160,7 +161,7 @@ s.bind(("2001:db8:6::2", 9998))
 s.settimeout(5)
 print(len(s.recv(65535)))' >"$work/df-clear" 2>&1 &
     local receiver=$!
-    listening "$v6" udp 9998 || return 1
+    wait_for "the receiver" bound "$v6" udp 9998
     at "$v4" python3 -c '
 import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -198,7 +199,7 @@ expected="3000 $(python3 -c 'import hashlib; print(hashlib.sha256(bytes(range(25
 fragmented() { # from-ns to-ns to-address target
     udp_receive "$2" "$3" &
     local receiver=$!
-    listening "$2" udp 9999 || return 1
+    wait_for "the receiver" bound "$2" udp 9999
     udp_send "$1" "$4"
     wait "$receiver"
     [[ "$(cat "$work/udp-$2")" == "$expected" ]] || { cat "$work/udp-$2"; return 1; }
@@ -235,13 +236,13 @@ CONF
 pass_if "the agent wrote unbound's DNS64 prefix" grep -qx '    dns64-prefix: 64:ff9b::/96' "$V6NODE_STATE_DIR/dns64.conf"
 nsenter --net="/run/netns/$gw" unbound -d -c "$work/unbound.conf" >"$work/unbound.log" 2>&1 &
 pids+=($!)
-listening "$v4" udp 53 && listening "$gw" udp 53 || exit 1
+wait_for "dnsmasq" bound "$v4" udp 53 && wait_for "unbound" bound "$gw" udp 53
 mkdir -p "/etc/netns/$v6"
 echo "nameserver 2001:db8:6::1" >"/etc/netns/$v6/resolv.conf"
 mkdir -p "$work/www" && echo "served over IPv4" >"$work/www/hello"
 nsenter --net="/run/netns/$v4" python3 -m http.server 8080 --bind 203.0.113.2 --directory "$work/www" >"$work/http.log" 2>&1 &
 pids+=($!)
-listening "$v4" tcp 8080 || exit 1
+wait_for "the HTTP server" bound "$v4" tcp 8080
 dns64() {
     local answer
     answer=$(at "$v6" dig +short +time=2 +tries=2 AAAA ipv4only.test @2001:db8:6::1)
@@ -302,7 +303,7 @@ s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_RE
 s.bind(('64:ff9b::c633:6441', 8465)); s.listen(1); s.settimeout(10)
 c, peer = s.accept(); c.sendall(peer[0].encode()); c.close()" &
     local server=$!
-    listening "$v6" tcp 8465 || return 1
+    wait_for "the IPv6 service" bound "$v6" tcp 8465
     local seen
     seen=$(at "$v4" python3 -c "
 import socket
