@@ -84,7 +84,7 @@ for i in 1 2 3; do
     ip -n "$node" link set "gw-b$i" up
     ip -n "$b" route add 2001:db8:46::/96 via "2001:db8:6:$i::1"
     nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" udp-server "2001:db8:6:$i::2" 5353 "b$i" "$work/errors-b$i" &
-    pids+=($!)
+    pids+=($!) udp_server[i]=$!
     nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" tcp-server "2001:db8:6:$i::2" 8080 "b$i" &
     pids+=($!)
 done
@@ -202,7 +202,7 @@ pass_if "status text: b3's row, weight 3, 3/4 of 4,099 buckets, its flows" row
 # --- ICMP errors follow their flow -------------------------------------------------
 # b3's port closes: its kernel's "port unreachable" reaches the client from the
 # VIP, quoting the client's own datagram, so the client's socket is refused.
-kill "${pids[4]}" # b3's UDP server
+kill "${udp_server[3]}"
 at "${backends[2]}" sysctl -qw net.ipv6.icmp.ratelimit=0 # one error per flow, all to one client
 at "$c4" $flows udp-flows 198.51.100.80 53 20000 100 1 >"$work/udp-5"
 refused_as_expected() { # b1's flows answered as before, b3's refused

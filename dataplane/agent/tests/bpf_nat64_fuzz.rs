@@ -7,9 +7,10 @@
 //! a valid transport checksum. With stateful NAT64 on, also: no packet
 //! leaves with another flow's binding (each client transport address keeps
 //! one pool port, each pool port one client). With the NAT46 gateway on:
-//! each flow keeps one backend, and a backend's packet leaves from the VIP
-//! port of the flow it belongs to, or not at all. Deterministic: the seed
-//! is printed, and a failure prints the packet.
+//! each flow keeps one backend, a backend's packet leaves from the VIP port
+//! of the flow it belongs to, or not at all, and an ICMP error about a flow
+//! reaches that flow's backend or client quoting that flow's ports.
+//! Deterministic: the seed is printed, and a failure prints the packet.
 
 mod common;
 
