@@ -198,12 +198,14 @@ impl Xlat {
         table.iter().map(Result::unwrap).collect()
     }
 
-    /// Moves an entry's last packet `seconds` into the past.
+    /// Moves an entry's last packet `seconds` into the past. Wrapping: on a
+    /// machine up for less than `seconds` the time lies "before boot", which
+    /// the datapath's `now - last_seen` reads right all the same.
     pub fn age(&mut self, key: &CtKey, seconds: u64) {
         let mut table: HashMap<&mut MapData, CtKey, CtValue> =
             HashMap::try_from(self.ebpf.map_mut(maps::NAT64_STATE).unwrap()).unwrap();
         let mut value = table.get(key, 0).unwrap();
-        value.last_seen_ns -= seconds * 1_000_000_000;
+        value.last_seen_ns = value.last_seen_ns.wrapping_sub(seconds * 1_000_000_000);
         table.insert(key, value, 0).unwrap();
     }
 
