@@ -8,7 +8,7 @@
  * becomes the IPv4 source and its port is written back. The translator's
  * checksum updates cover the addresses, these helpers the ports. ICMP
  * errors about a flow's packets follow the flow both ways (the error
- * translation in nat64.bpf.c finds it by the quote), so path MTU discovery
+ * translation finds it by the quote, at the end of this file), so path MTU discovery
  * and "port unreachable" work through the gateway.
  *
  * A flow's backend comes from the frontend's Maglev table, so gateways
@@ -287,6 +287,99 @@ static __noinline __s64 v6n_nat46_outbound(struct __sk_buff *skb, __u32 l4)
 	__be32 vip;
 	__builtin_memcpy(&vip, reverse->saddr + 12, 4);
 	return (__s64)(__u32)vip;
+}
+
+/* --- ICMP errors about a flow's packets ------------------------------------------- */
+
+/*
+ * NAT46 gateway, an ICMPv6 error to an embedded client: about a packet the
+ * client's flow brought to its backend, so the quote is the flow's reverse
+ * entry read backwards. The error leaves from the VIP (returned), the
+ * quote's destination becomes the VIP's transport address. A drop reason
+ * is returned negated.
+ */
+static __noinline __s64 v6n_nat46_outbound_error(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!error || !s)
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	/* The error's destination, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 24, s->peer_key.daddr, 16) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, s->quote, V6N_IP6_HLEN + V6N_INNER_L4) < 0)
+		return -V6N_REASON_DROP_MALFORMED;
+	const struct ipv6hdr *inner = (const void *)s->quote;
+	__u8 proto = inner->nexthdr;
+	if (inner->version != 6 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP) ||
+	    !v6n_bytes_eq(inner->saddr.s6_addr, s->peer_key.daddr, 16))
+		return -V6N_REASON_DROP_UNTRANSLATABLE;
+	__builtin_memset(&s->pool_key, 0, sizeof(s->pool_key));
+	__builtin_memcpy(s->pool_key.saddr, inner->daddr.s6_addr, 16);
+	__builtin_memcpy(s->pool_key.daddr, inner->saddr.s6_addr, 16);
+	__builtin_memcpy(&s->pool_key.sport, s->quote + V6N_IP6_HLEN + 2, 2);
+	__builtin_memcpy(&s->pool_key.dport, s->quote + V6N_IP6_HLEN, 2);
+	s->pool_key.proto = proto;
+	struct v6n_ct_value *reverse = bpf_map_lookup_elem(&v6n_nat46_state, &s->pool_key);
+	if (!reverse)
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	v6n_nat46_forward_key(&s->client_key, reverse, proto);
+	struct v6n_ct_value *flow = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	if (!flow || flow->dport != s->pool_key.sport || !v6n_bytes_eq(flow->daddr, s->pool_key.saddr, 16))
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	error->error_port = reverse->sport;
+	error->error_port_at = 2 + 1;
+	__be32 vip;
+	__builtin_memcpy(&vip, reverse->saddr + 12, 4);
+	return (__s64)(__u32)vip;
+}
+
+/*
+ * NAT46 gateway, an ICMPv4 error to a VIP: about a packet that left from
+ * the VIP to a client, so the quote's ports are the flow's VIP port and
+ * client port. The flow's backend becomes the error's destination and the
+ * quote's source, with its own port. Returns 0, the reason to drop, or
+ * V6N_NAT46_NOT_A_FRONTEND for an error about the host's own packet.
+ */
+static __noinline int v6n_nat46_inbound_error(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!error || !s)
+		return V6N_REASON_DROP_NAT46_NO_FLOW;
+	/* The VIP, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 16, s->ipv4_addrs, 4) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + 8, s->quote, V6N_IP4_HLEN + V6N_INNER_L4) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	const struct iphdr *inner = (const void *)s->quote;
+	__u8 proto = inner->protocol;
+	if (inner->version != 4 || inner->ihl != 5 || inner->saddr != s->ipv4_addrs[0] ||
+	    (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
+		return V6N_NAT46_NOT_A_FRONTEND;
+	struct v6n_nat46_frontend_key fkey = { .proto = proto };
+	__builtin_memcpy(fkey.addr, &inner->saddr, 4);
+	__builtin_memcpy(&fkey.port, s->quote + V6N_IP4_HLEN, 2);
+	struct v6n_nat46_frontend *fe = bpf_map_lookup_elem(&v6n_nat46_frontends, &fkey);
+	if (!fe)
+		return V6N_NAT46_NOT_A_FRONTEND;
+
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&inner->daddr);
+	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&inner->saddr);
+	__builtin_memcpy(&s->client_key.sport, s->quote + V6N_IP4_HLEN + 2, 2);
+	s->client_key.dport = fkey.port;
+	s->client_key.proto = proto;
+	struct v6n_ct_value *flow = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	if (!flow || flow->frontend_id != fe->id)
+		return V6N_REASON_DROP_NAT46_NO_FLOW;
+	__builtin_memcpy(&error->error_daddr, flow->daddr, 16);
+	__builtin_memcpy(&error->error_client, flow->daddr, 16);
+	error->error_port = flow->dport;
+	error->error_port_at = 0 + 1;
+	return 0;
 }
 
 #endif /* V6NODE_LIB_NAT46_GW_H */

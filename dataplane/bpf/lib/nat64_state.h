@@ -20,7 +20,10 @@
 #include <v6node/abi.h>
 
 #include "ct.h"
+#include "fib.h"
 #include "nat64.h"
+#include "xlat.h"
+#include "xlat_icmp.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -409,6 +412,156 @@ static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct 
 	__builtin_memcpy(client, binding->daddr, 16);
 	v6n_nat64_touch(binding, &s->l4, 1, now);
 	return v6n_nat64_write_port(skb, &s->l4, binding->dport);
+}
+
+/* --- ICMP errors about a binding's packets, and hairpinning ---------------------- */
+
+/* Stateful NAT64: an ICMPv6 error (straight after the IPv6 header) about a
+ * packet to a source that may use the pool. A router on the clients' side
+ * sends those from an address of its own, which need not be such a source. */
+static __noinline int v6n_nat64_error_to_client(struct __sk_buff *skb, __u8 nexthdr)
+{
+	struct in6_addr quoted_daddr;
+	__u8 type;
+
+	return nexthdr == IPPROTO_ICMPV6 && bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN, &type, 1) == 0 &&
+	       v6n_is_icmp6_error(type) &&
+	       bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8 + 24, &quoted_daddr, 16) == 0 &&
+	       v6n_nat64_may_use_pool(&quoted_daddr);
+}
+
+/*
+ * Stateful NAT64, an ICMPv6 error from a client or a router on its side
+ * (RFC 6146 3.5.3): about a packet the client's binding brought in, so the
+ * quote's destination and its port name the binding. The error leaves from
+ * the pool address (returned), the quote's destination becomes the pool's
+ * transport address. A drop reason is returned negated.
+ */
+static __noinline __s64 v6n_nat64_outbound_error(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
+
+	if (!cfg || !error || !s)
+		return -V6N_REASON_DROP_UNMAPPED;
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	/* The quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + 8, s->quote, V6N_IP6_HLEN + V6N_INNER_L4) < 0)
+		return -V6N_REASON_DROP_MALFORMED;
+	const struct ipv6hdr *inner = (const void *)s->quote;
+	__u8 proto = inner->nexthdr;
+	if (inner->version != 6 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
+		return -V6N_REASON_DROP_UNTRANSLATABLE;
+	__builtin_memcpy(s->client_key.saddr, inner->daddr.s6_addr, 16);
+	__builtin_memcpy(&s->client_key.sport, s->quote + V6N_IP6_HLEN + 2, 2);
+	s->client_key.proto = proto;
+	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key);
+	if (!out)
+		return -V6N_REASON_DROP_NO_BINDING;
+	v6n_nat64_pool_key(&s->pool_key, out->saddr + 12, out->sport, proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, bpf_ktime_get_ns());
+	if (!binding || binding->dport != s->client_key.sport || !v6n_bytes_eq(binding->daddr, s->client_key.saddr, 16))
+		return -V6N_REASON_DROP_NO_BINDING;
+	__builtin_memcpy(&error->error_pool, s->pool_key.daddr + 12, 4);
+	error->error_port = s->pool_key.dport;
+	error->error_port_at = 2 + 1;
+	return (__s64)(__u32)error->error_pool;
+}
+
+/*
+ * Stateful NAT64 hairpinning (RFC 6146 3.8): a client's packet to the pool
+ * address and port of another binding goes straight to that binding's
+ * client, from the sender's pool address (under the prefix) and port, as
+ * if it had gone out to IPv4 and come back. TCP and UDP; `pool_src` is the
+ * sender's pool address, `pool_dst` the one it sent to.
+ */
+static __noinline v6n_outcome v6n_nat64_hairpin(struct __sk_buff *skb, __be32 pool_src, __be32 pool_dst)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
+	struct v6n_flow flow;
+
+	if (!cfg || !s)
+		return V6N_DROP(V6N_REASON_DROP_NO_BINDING);
+	if (v6n_flow_of(skb, &flow) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNTRANSLATABLE);
+	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&pool_dst, flow.key.dport, flow.key.proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, bpf_ktime_get_ns());
+	if (!binding)
+		return V6N_DROP(V6N_REASON_DROP_NO_BINDING);
+	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
+		v6n_v4mapped(s->pool_key.saddr, (const __u8 *)&pool_src);
+		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key))
+			return V6N_DROP(V6N_REASON_DROP_FILTERED);
+	}
+	struct v6n_ct_value *out = &s->value;
+	if (v6n_map_4to6(cfg, pool_src, (struct in6_addr *)out->saddr) < 0)
+		return V6N_DROP(V6N_REASON_DROP_UNMAPPED);
+	__builtin_memcpy(out->daddr, binding->daddr, 16);
+	out->sport = flow.key.sport; /* the sender's pool port, written by v6n_nat64_outbound */
+	out->dport = binding->dport;
+	s->l4.proto = flow.key.proto;
+	s->l4.tcp_flags = flow.tcp_flags;
+	v6n_nat64_touch(binding, &s->l4, 1, bpf_ktime_get_ns());
+	if (v6n_ct_rewrite(skb, &flow, out) < 0)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_ETH_HLEN;
+	if ((void *)(ip6 + 1) > data_end)
+		return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+	int action = v6n_route6(skb, ip6);
+	return V6N_OUTCOME(action == TC_ACT_UNSPEC ? TC_ACT_OK : action,
+			   action == TC_ACT_UNSPEC ? V6N_REASON_XLAT_TO_STACK : V6N_REASON_XLAT_FORWARDED);
+}
+
+/*
+ * Stateful NAT64, an ICMPv4 error to a pool address (RFC 6146 3.5.3): the
+ * binding is the one of the packet it quotes, which left from the pool. Its
+ * client becomes the error's destination and the quote's source, with its
+ * own port. Returns 0 or the reason to drop.
+ */
+static __noinline int v6n_nat64_inbound_error(struct __sk_buff *skb)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__u32 zero = 0;
+	struct v6n_icmp_scratch *error = bpf_map_lookup_elem(&v6n_icmp_scratch, &zero);
+	/* One key for both scratch maps: this frame sits under the translator's
+	 * largest with nothing to spare. */
+	struct v6n_nat64_scratch *s = bpf_map_lookup_elem(&v6n_nat64_scratch, &zero);
+
+	if (!cfg || !error || !s)
+		return V6N_REASON_DROP_NO_BINDING;
+	/* The outer destination, then the quoted header and its first 8 bytes. */
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + 16, s->ipv4_addrs, 4) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + 8, s->quote, V6N_IP4_HLEN + V6N_INNER_L4) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	const struct iphdr *inner = (const void *)s->quote;
+	if (inner->version != 4 || inner->ihl != 5 || inner->saddr != s->ipv4_addrs[0])
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	__u8 proto = inner->protocol;
+	__u32 at = 0;
+	if (proto == IPPROTO_ICMP) {
+		if (s->quote[V6N_IP4_HLEN] != ICMP_ECHO)
+			return V6N_REASON_DROP_UNTRANSLATABLE;
+		at = 4;
+	} else if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	}
+	__be16 port;
+	__builtin_memcpy(&port, s->quote + V6N_IP4_HLEN + at, 2);
+	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&s->ipv4_addrs[0], port, proto);
+	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, bpf_ktime_get_ns());
+	if (!binding)
+		return V6N_REASON_DROP_NO_BINDING;
+	__builtin_memcpy(&error->error_daddr, binding->daddr, 16);
+	__builtin_memcpy(&error->error_client, binding->daddr, 16);
+	error->error_port = binding->dport;
+	error->error_port_at = at + 1;
+	return 0;
 }
 
 #endif /* V6NODE_LIB_NAT64_STATE_H */

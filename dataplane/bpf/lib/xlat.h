@@ -261,4 +261,41 @@ static __noinline int v6n_icmp4_error(struct __sk_buff *skb, __u8 type, __u8 cod
 	return v6n_redirect(skb, &fib, rc);
 }
 
+/*
+ * Result of translating one packet: a tc action and the counter's reason,
+ * packed in one register so that out-of-line parts can return it (BPF
+ * functions return a single 64-bit value).
+ */
+typedef __u32 v6n_outcome;
+#define V6N_OUTCOME(action, reason) ((((__u32)(action) + 1) << 8) | (reason))
+#define V6N_OUTCOME_ACTION(o) ((int)(((o) >> 8) & 0xff) - 1)
+#define V6N_OUTCOME_REASON(o) ((o) & 0xff)
+/* Bits 16-31: the MTU a V6N_ACT_TOO_BIG error reports. */
+#define V6N_OUTCOME_MTU(o) ((o) >> 16)
+
+#define V6N_NOT_OURS V6N_OUTCOME(TC_ACT_UNSPEC, V6N_REASON_PASS)
+#define V6N_DROP(r) V6N_OUTCOME(TC_ACT_SHOT, (r))
+
+/*
+ * Work the entry function finishes itself, so that no call chain holds more
+ * than two big stack frames (the verifier allows 512 bytes for all of them).
+ */
+enum {
+	V6N_ACT_XLAT_ICMP_ERROR = 64, /* translate an ICMP error and its quote */
+	V6N_ACT_TIME_EXCEEDED = 65,   /* answer with Time Exceeded */
+	V6N_ACT_TOO_BIG = 66,         /* answer with Packet Too Big / Fragmentation Needed */
+};
+
+/*
+ * The last step of every translation: to the next hop the FIB found, or to
+ * the kernel (local destinations, DF-clear packets the next hop must
+ * fragment, no route: the stack answers those).
+ */
+static __always_inline v6n_outcome v6n_deliver(struct __sk_buff *skb, struct bpf_fib_lookup *fib, int rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
+}
+
 #endif /* V6NODE_LIB_XLAT_H */
