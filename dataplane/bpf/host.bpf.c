@@ -10,15 +10,15 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
-#include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/nodeport.h"
 #include "lib/parse.h"
+#include "lib/verdict.h"
 
-static __always_inline int v6n_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason)
+/* What an uplink does with a packet it has no more to do for: TCX_NEXT (-1)
+ * leaves it to later programs in the tcx chain, and to the stack. */
+static __always_inline int v6n_uplink_action(enum v6n_reason reason)
 {
-	v6n_count(skb, direction, reason);
-	/* TCX_NEXT (-1): leave the packet to later programs in the tcx chain. */
 	return reason == V6N_REASON_PASS || reason == V6N_REASON_LB_TRACKED ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 }
 
@@ -39,24 +39,18 @@ int v6n_from_dev(struct __sk_buff *skb)
 		int action = TC_ACT_UNSPEC;
 
 		reason = v6n_nodeport_ingress(skb, &action);
-		if (reason != V6N_REASON_PASS) {
-			v6n_count(skb, V6N_DIRECTION_INGRESS, reason);
-			return action;
-		}
+		if (reason != V6N_REASON_PASS)
+			return v6n_exit(skb, V6N_DIRECTION_INGRESS, reason, action);
 		/* Packet pointers are stale after a helper that may pull data. */
 		reason = v6n_parse_ipv6(skb, &ip6);
 	}
 	if (reason == V6N_REASON_PASS && ip6) {
 		struct v6n_endpoint_value *pod = v6n_endpoint(&ip6->daddr);
 
-		if (pod) {
-			int action = v6n_to_endpoint(skb, ip6, pod, 1);
-
-			v6n_count(skb, V6N_DIRECTION_INGRESS, v6n_routed_reason(action));
-			return action;
-		}
+		if (pod)
+			return v6n_exit_routed(skb, V6N_DIRECTION_INGRESS, v6n_to_endpoint(skb, ip6, pod, 1));
 	}
-	return v6n_verdict(skb, V6N_DIRECTION_INGRESS, reason);
+	return v6n_exit(skb, V6N_DIRECTION_INGRESS, reason, v6n_uplink_action(reason));
 }
 
 SEC("classifier")
@@ -71,7 +65,7 @@ int v6n_to_dev(struct __sk_buff *skb)
 		if (rewritten != 0)
 			reason = rewritten > 0 ? V6N_REASON_LB_TRACKED : V6N_REASON_DROP_MALFORMED;
 	}
-	return v6n_verdict(skb, V6N_DIRECTION_EGRESS, reason);
+	return v6n_exit(skb, V6N_DIRECTION_EGRESS, reason, v6n_uplink_action(reason));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -17,7 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#include "lib/counters.h"
+#include "lib/verdict.h"
 #include "lib/xlat_4to6.h"
 #include "lib/xlat_6to4.h"
 
@@ -68,8 +68,7 @@ int v6n_nat64(struct __sk_buff *skb)
 	/* Traffic outside the mapping is the host program's to count. */
 	if (V6N_OUTCOME_ACTION(outcome) == TC_ACT_UNSPEC)
 		return TC_ACT_UNSPEC;
-	v6n_count(skb, direction, V6N_OUTCOME_REASON(outcome));
-	return V6N_OUTCOME_ACTION(outcome);
+	return v6n_exit(skb, direction, V6N_OUTCOME_REASON(outcome), V6N_OUTCOME_ACTION(outcome));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

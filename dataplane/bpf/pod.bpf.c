@@ -16,22 +16,11 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
-#include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/fib.h"
 #include "lib/nodeport.h"
 #include "lib/parse.h"
-
-static __always_inline int v6n_pod_verdict(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason, int action)
-{
-	v6n_count(skb, direction, reason);
-	return action;
-}
-
-static __always_inline int v6n_routed(struct __sk_buff *skb, __u8 direction, int action)
-{
-	return v6n_pod_verdict(skb, direction, v6n_routed_reason(action), action);
-}
+#include "lib/verdict.h"
 
 SEC("classifier")
 int v6n_from_pod(struct __sk_buff *skb)
@@ -41,28 +30,28 @@ int v6n_from_pod(struct __sk_buff *skb)
 	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
 
 	if (reason != V6N_REASON_PASS)
-		return v6n_pod_verdict(skb, dir, reason, TC_ACT_SHOT);
+		return v6n_exit(skb, dir, reason, TC_ACT_SHOT);
 	if (!ip6)
-		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_NOT_IPV6, TC_ACT_SHOT);
+		return v6n_exit(skb, dir, V6N_REASON_DROP_NOT_IPV6, TC_ACT_SHOT);
 	if (v6n_link_scoped(&ip6->daddr))
-		return v6n_pod_verdict(skb, dir, V6N_REASON_PASS, TC_ACT_UNSPEC);
+		return v6n_exit(skb, dir, V6N_REASON_PASS, TC_ACT_UNSPEC);
 
 	/* A pod sends from its own address, through its own device, or not at all. */
 	struct v6n_endpoint_value *self = v6n_endpoint(&ip6->saddr);
 	if (!self || self->ifindex != skb->ifindex)
-		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_SPOOFED, TC_ACT_SHOT);
+		return v6n_exit(skb, dir, V6N_REASON_DROP_SPOOFED, TC_ACT_SHOT);
 	int at_ingress = !(self->flags & V6N_ENDPOINT_NETKIT);
 
 	/* A reply to a connection from outside leaves as the frontend's. Packet
 	 * pointers are stale after it either way (it may pull data). */
 	if (v6n_nodeport_reply(skb) < 0 || v6n_parse_ipv6(skb, &ip6) != V6N_REASON_PASS || !ip6)
-		return v6n_pod_verdict(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
+		return v6n_exit(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
 
 	struct v6n_endpoint_value *peer = v6n_endpoint(&ip6->daddr);
 	if (peer)
-		return v6n_routed(skb, dir, v6n_to_endpoint(skb, ip6, peer, at_ingress));
+		return v6n_exit_routed(skb, dir, v6n_to_endpoint(skb, ip6, peer, at_ingress));
 
-	return v6n_routed(skb, dir, v6n_route6(skb, ip6));
+	return v6n_exit_routed(skb, dir, v6n_route6(skb, ip6));
 }
 
 SEC("classifier")
@@ -73,8 +62,7 @@ int v6n_to_pod(struct __sk_buff *skb)
 
 	if (reason == V6N_REASON_PASS && !ip6)
 		reason = V6N_REASON_DROP_NOT_IPV6;
-	return v6n_pod_verdict(skb, V6N_DIRECTION_TO_POD, reason,
-			       reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT);
+	return v6n_exit(skb, V6N_DIRECTION_TO_POD, reason, reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -14,8 +14,8 @@
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 
-#include "lib/counters.h"
 #include "lib/lb.h"
+#include "lib/verdict.h"
 
 #define V6N_SOCK_ALLOW 1
 #define V6N_SOCK_REFUSE 0
@@ -29,15 +29,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_sock_revnat SEC(".maps");
 
-/* The one exit of the translating hooks: counts, and refuses with
- * ECONNREFUSED (what a TCP reset gives) rather than the hook's EPERM. */
+/* The translating hooks' verdict: a refusal is ECONNREFUSED (what a TCP
+ * reset gives) rather than the hook's EPERM. */
 static __always_inline int v6n_sock_verdict(enum v6n_reason reason)
 {
-	v6n_count_at(0, V6N_DIRECTION_SOCKET, reason, 0);
 	if (reason == V6N_REASON_LB_TRANSLATED || reason == V6N_REASON_PASS)
-		return V6N_SOCK_ALLOW;
+		return v6n_exit_socket(reason, V6N_SOCK_ALLOW);
 	bpf_set_retval(-V6N_ECONNREFUSED);
-	return V6N_SOCK_REFUSE;
+	return v6n_exit_socket(reason, V6N_SOCK_REFUSE);
 }
 
 static __always_inline void v6n_sock_addr(const struct bpf_sock_addr *ctx, __u8 addr[16])

@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "maps.h"
+#include "verdict.h"
 
 static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
 {
@@ -71,6 +72,12 @@ static __always_inline enum v6n_reason v6n_routed_reason(int action)
 	if (action == TC_ACT_REDIRECT)
 		return V6N_REASON_ROUTED;
 	return action == TC_ACT_UNSPEC ? V6N_REASON_PASS : V6N_REASON_DROP_MALFORMED;
+}
+
+/* The exit after host routing: records what it did, returns its action. */
+static __always_inline int v6n_exit_routed(struct __sk_buff *skb, __u8 direction, int action)
+{
+	return v6n_exit(skb, direction, v6n_routed_reason(action), action);
 }
 
 #endif /* V6NODE_LIB_ENDPOINT_H */
