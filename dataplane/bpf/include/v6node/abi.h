@@ -314,8 +314,12 @@ struct v6n_dsr_header {
 /*
  * Connection tracking (lib/ct.h), for translation per packet: an entry per
  * direction of a translated connection, keyed by its packets as they arrive,
- * holding the addresses and ports they leave with. The same table serves
- * every stateful translation of the node.
+ * holding the addresses and ports they leave with. One layout for every
+ * stateful table of the node, in three tables that expire differently:
+ * v6n_ct (NodePort, LRU: entries past their lifetime count as gone),
+ * v6n_nat64_state and v6n_nat46_state (stateful NAT64 and the NAT46
+ * gateway, not LRU: a binding must not vanish under load, so the agent
+ * sweeps what has expired).
  */
 struct v6n_ct_key {
 	__u8 saddr[16];
