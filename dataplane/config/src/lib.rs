@@ -17,19 +17,49 @@
 //! earlier one whole. Keys no file sets keep the built-in defaults of
 //! [`Config::default`]. Errors name the file that set the offending key, so
 //! the message says which file to edit.
+//!
+//! Each `[section]` has a module of its own under `sections`, holding its
+//! types, how it is read and checked, and its tests; the pieces several
+//! sections share (device patterns, port ranges, the error type, reading
+//! typed values) have modules of their own at the top.
 
+mod config;
+mod device;
+mod error;
+mod keywords;
 mod merge;
-mod model;
-mod validate;
+mod ports;
+mod sections;
+mod serialize;
+mod validator;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod testutil;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use model::*;
+pub use config::Config;
+pub use device::DevicePattern;
+pub use error::ConfigError;
+pub use ports::PortRange;
+pub use sections::attach::{Attach, AttachMode};
+pub use sections::bigtcp::{BigTcp, BIGTCP_DEFAULT, BIGTCP_MAX, BIGTCP_MIN};
+pub use sections::filter::Filter;
+pub use sections::kubernetes::Kubernetes;
+pub use sections::log::{Log, LogLevel};
+pub use sections::metrics::{Metrics, MetricsListen};
+pub use sections::nat46::{Nat46, Nat46Backend, Nat46Gateway, Nat46Protocol, NAT46_WEIGHT_DEFAULT, NAT46_WEIGHT_MAX};
+pub use sections::nat64::stateful::{
+    Nat64Filtering, Nat64Stateful, NAT64_ICMP_SECONDS, NAT64_PORTS_DEFAULT, NAT64_TCP_ESTABLISHED_SECONDS,
+    NAT64_TCP_TRANSITORY_SECONDS, NAT64_UDP_SECONDS,
+};
+pub use sections::nat64::{well_known_prefix, Eam, Nat64, NAT64_PREFIX_LENGTHS};
+pub use sections::pods::{PodDeviceChoice, Pods, POD_PREFIX_MAX_LEN};
+pub use sections::routing::{Announce, Bgp, BgpPeer, Routing, ANNOUNCE_POD_PREFIXES};
+pub use sections::services::{RemoteBackends, Services};
 
 use merge::Merged;
 
@@ -71,43 +101,6 @@ pub fn parse_str(name: &Path, text: &str) -> Result<LoadedConfig, ConfigError> {
 }
 
 fn finish(m: Merged) -> Result<LoadedConfig, ConfigError> {
-    let config = validate::build(&m)?;
+    let config = config::build(&m)?;
     Ok(LoadedConfig { config, files: m.files, origins: m.origins.leaves })
-}
-
-/// Why the configuration cannot be used. Displays on one line as
-/// `FILE: KEY: REASON`, or `FILE: REASON` for errors about a whole file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file to fix: the one that set `key` last, or the file that could
-    /// not be read or parsed. `<built-in defaults>` if no file was involved.
-    pub file: PathBuf,
-    /// Dotted key path, with an index for array items: `filter.deny_sources[3]`.
-    pub key: Option<String>,
-    pub reason: String,
-}
-
-impl ConfigError {
-    fn new(file: &Path, key: Option<String>, reason: String) -> Self {
-        ConfigError { file: file.to_owned(), key, reason: one_line(&reason) }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Log lines and `check-config` output must stay one line each, even
-        // for odd file names or keys.
-        write!(f, "{}: ", one_line(&self.file.to_string_lossy()))?;
-        if let Some(key) = &self.key {
-            write!(f, "{}: ", one_line(key))?;
-        }
-        f.write_str(&one_line(&self.reason))
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// toml's messages span several lines; join them with spaces.
-fn one_line(s: &str) -> String {
-    s.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }

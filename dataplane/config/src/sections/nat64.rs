@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `[nat64]`: the stateless NAT46/64 translator, and under it
+//! `[nat64.stateful]`.
+
+pub(crate) mod stateful;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use ipnet::{Ipv4Net, Ipv6Net};
+use serde::Serialize;
+use toml::{Table, Value};
+
+use crate::device::DevicePattern;
+use crate::serialize::{serialize_displayed, serialize_one_displayed};
+use crate::validator::{Result, Validator};
+use stateful::Nat64Stateful;
+
+/// RFC 6052 section 2.2: the prefix lengths an IPv4 address can be embedded under.
+pub const NAT64_PREFIX_LENGTHS: [u8; 6] = [32, 40, 48, 56, 64, 96];
+
+/// The stateless NAT46/64 translator (SIIT, RFC 7915).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Nat64 {
+    /// Interfaces the translator attaches to (tc ingress); none: off.
+    pub devices: Vec<DevicePattern>,
+    /// RFC 6052 prefix IPv4 addresses are embedded in.
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub prefix: Ipv6Net,
+    /// RFC 7757 explicit address mappings, in config order.
+    pub eam: Vec<Eam>,
+    /// IPv4 destinations translated into `prefix` (IPv4-translatable IPv6
+    /// addresses, RFC 6052): stateless NAT46 to IPv6 services numbered so.
+    #[serde(serialize_with = "serialize_displayed")]
+    pub translatable: Vec<Ipv4Net>,
+    /// `[nat64.stateful]`; `None`: every IPv6 source needs a mapping.
+    pub stateful: Option<Nat64Stateful>,
+}
+
+impl Default for Nat64 {
+    fn default() -> Self {
+        Nat64 { devices: Vec::new(), prefix: well_known_prefix(), eam: Vec::new(), translatable: Vec::new(), stateful: None }
+    }
+}
+
+impl Nat64 {
+    /// Why `addr` cannot also be the stateful pool's or a NAT46 VIP: the
+    /// stateless mappings translate it already, and a packet to it could
+    /// only be one or the other.
+    pub(crate) fn maps_statelessly(&self, addr: Ipv4Addr) -> Option<String> {
+        if let Some(eam) = self.eam.iter().find(|e| e.ipv4.contains(&addr)) {
+            return Some(format!("{addr} is in the explicit address mapping of {}", eam.ipv4));
+        }
+        let net = self.translatable.iter().find(|n| n.contains(&addr))?;
+        Some(format!("{addr} is in nat64.translatable ({net})"))
+    }
+}
+
+/// RFC 6052's well-known prefix, 64:ff9b::/96.
+pub fn well_known_prefix() -> Ipv6Net {
+    Ipv6Net::new(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96).expect("valid prefix")
+}
+
+/// One explicit address mapping: both prefixes leave the same number of
+/// host bits, which carry over unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Eam {
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub ipv6: Ipv6Net,
+    #[serde(serialize_with = "serialize_one_displayed")]
+    pub ipv4: Ipv4Net,
+}
+
+pub(crate) fn read(v: &Validator, root: &Table, nat64: &mut Nat64) -> Result<()> {
+    let Some(t) = v.section(root, "nat64", &["devices", "prefix", "eam", "translatable", "stateful"])? else {
+        return Ok(());
+    };
+    if let Some(items) = v.strings(t, "nat64.devices")? {
+        nat64.devices = v.devices("nat64.devices", &items)?;
+    }
+    if let Some(s) = v.string(t, "nat64.prefix")? {
+        nat64.prefix = nat64_prefix(s).map_err(|r| v.err("nat64.prefix", r))?;
+    }
+    if let Some(value) = t.get("eam") {
+        nat64.eam = eams(v, "nat64.eam", value)?;
+    }
+    if let Some(items) = v.strings(t, "nat64.translatable")? {
+        nat64.translatable = translatable(v, "nat64.translatable", &items)?;
+    }
+    if let Some(value) = t.get("stateful") {
+        nat64.stateful = Some(stateful::read(v, value, nat64)?);
+    }
+    Ok(())
+}
+
+/// `translatable = ["198.51.100.0/24", ...]`: IPv4 prefixes, none inside
+/// another (the table is a longest-prefix match; nesting would mean
+/// nothing).
+fn translatable(v: &Validator, path: &str, items: &[&str]) -> Result<Vec<Ipv4Net>> {
+    // The translator's table size (abi.h).
+    v.at_most(path, items.len(), v6node_abi::XLAT4_MAX as usize, "prefixes")?;
+    let mut out: Vec<Ipv4Net> = Vec::with_capacity(items.len());
+    for (i, s) in items.iter().enumerate() {
+        let key = format!("{path}[{i}]");
+        let net = eam_ipv4(s).map_err(|r| v.err(&key, r))?;
+        if let Some(j) = out.iter().position(|n| n.contains(&net) || net.contains(n)) {
+            return Err(v.err(&key, format!("{net} overlaps {} (item {j})", out[j])));
+        }
+        out.push(net);
+    }
+    Ok(out)
+}
+
+/// `eam = [{ ipv6 = "...", ipv4 = "..." }, ...]`
+fn eams(v: &Validator, path: &str, value: &Value) -> Result<Vec<Eam>> {
+    let Value::Array(items) = value else {
+        return Err(v.type_err(
+            path,
+            "an array of tables such as [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"198.51.100.0/24\" }]",
+            value,
+        ));
+    };
+    // What the translator's EAM tables are sized for (abi.h).
+    v.at_most(path, items.len(), v6node_abi::EAM_MAX as usize, "mappings")?;
+    let mut seen6 = HashMap::new();
+    let mut seen4 = HashMap::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("{path}[{i}]");
+        let Value::Table(t) = item else {
+            return Err(v.type_err(&key, "a table { ipv6 = \"...\", ipv4 = \"...\" }", item));
+        };
+        v.known_keys(t, &key, &["ipv6", "ipv4"])?;
+        let get = |field: &str| -> Result<&str> {
+            let k = format!("{key}.{field}");
+            match t.get(field) {
+                Some(Value::String(s)) => Ok(s.as_str()),
+                Some(value) => Err(v.type_err(&k, "a string", value)),
+                None => Err(v.err(&k, "missing; each mapping needs both ipv6 and ipv4")),
+            }
+        };
+        let ipv6 = eam_ipv6(get("ipv6")?).map_err(|r| v.err(&format!("{key}.ipv6"), r))?;
+        let ipv4 = eam_ipv4(get("ipv4")?).map_err(|r| v.err(&format!("{key}.ipv4"), r))?;
+        let (host6, host4) = (128 - ipv6.prefix_len(), 32 - ipv4.prefix_len());
+        if host6 != host4 {
+            return Err(v.err(
+                &key,
+                format!(
+                    "{ipv6} leaves {host6} host bits but {ipv4} leaves {host4}; the two prefixes must cover the same number of addresses"
+                ),
+            ));
+        }
+        if let Some(j) = seen6.insert(ipv6, i) {
+            return Err(v.err(&format!("{key}.ipv6"), format!("{ipv6} is mapped already (item {j})")));
+        }
+        if let Some(j) = seen4.insert(ipv4, i) {
+            return Err(v.err(&format!("{key}.ipv4"), format!("{ipv4} is mapped already (item {j})")));
+        }
+        out.push(Eam { ipv6, ipv4 });
+    }
+    Ok(out)
+}
+
+fn nat64_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let net: Ipv6Net =
+        s.parse().map_err(|_| format!("`{s}` is not an IPv6 prefix; expected e.g. 64:ff9b::/96 or 64:ff9b:1::/48"))?;
+    if !NAT64_PREFIX_LENGTHS.contains(&net.prefix_len()) {
+        return Err(format!(
+            "/{} is not an RFC 6052 prefix length; expected one of /32, /40, /48, /56, /64, /96",
+            net.prefix_len()
+        ));
+    }
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+fn eam_ipv6(s: &str) -> std::result::Result<Ipv6Net, String> {
+    let net: Ipv6Net = match s.parse() {
+        Ok(n) => n,
+        Err(_) => match s.parse::<Ipv6Addr>() {
+            Ok(a) => return Err(format!("missing prefix length; write {a}/128 for one address")),
+            Err(_) => return Err(format!("`{s}` is not an IPv6 prefix; expected e.g. 2001:db8:6::/120")),
+        },
+    };
+    if net.prefix_len() < 96 {
+        return Err(format!("{net} is larger than an IPv4 prefix can match; use /96 or longer"));
+    }
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+/// Also how `translatable` ranges are written.
+fn eam_ipv4(s: &str) -> std::result::Result<Ipv4Net, String> {
+    let net: Ipv4Net = match s.parse() {
+        Ok(n) => n,
+        Err(_) => match s.parse::<Ipv4Addr>() {
+            Ok(a) => return Err(format!("missing prefix length; write {a}/32 for one address")),
+            Err(_) => return Err(format!("`{s}` is not an IPv4 prefix; expected e.g. 198.51.100.0/24")),
+        },
+    };
+    if net.trunc() != net {
+        return Err(format!("host bits set; did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAT64_PREFIX_LENGTHS;
+    use crate::testutil::{bad, ok, strs};
+    use crate::Config;
+
+    #[test]
+    fn nat64_defaults_to_off_under_the_well_known_prefix() {
+        let c = Config::default();
+        assert!(c.nat64.devices.is_empty());
+        assert_eq!(c.nat64.prefix.to_string(), "64:ff9b::/96");
+        assert!(c.nat64.eam.is_empty());
+    }
+
+    #[test]
+    fn nat64_section_with_prefix_and_mappings() {
+        let c = ok(r#"
+[nat64]
+devices = ["eth0", "eth1"]
+prefix = "64:ff9b:1::/48"
+eam = [
+  { ipv6 = "2001:db8:6::/120", ipv4 = "198.51.100.0/24" },
+  { ipv6 = "2001:db8:80::80/128", ipv4 = "203.0.113.80/32" },
+]
+"#);
+        assert_eq!(strs(&c.nat64.devices), ["eth0", "eth1"]);
+        assert_eq!(c.nat64.prefix.to_string(), "64:ff9b:1::/48");
+        let eam: Vec<String> = c.nat64.eam.iter().map(|e| format!("{} {}", e.ipv6, e.ipv4)).collect();
+        assert_eq!(eam, ["2001:db8:6::/120 198.51.100.0/24", "2001:db8:80::80/128 203.0.113.80/32"]);
+        for len in NAT64_PREFIX_LENGTHS {
+            let prefix = if len == 32 { "2001:db8::".to_owned() } else { "2001:db8:100::".to_owned() };
+            let net: ipnet::Ipv6Net = format!("{prefix}/{len}").parse().unwrap();
+            let c = ok(&format!("[nat64]\nprefix = \"{}\"\n", net.trunc()));
+            assert_eq!(c.nat64.prefix.prefix_len(), len);
+        }
+    }
+
+    #[test]
+    fn bad_nat64_prefix() {
+        bad("[nat64]\nprefix = \"64:ff9b::/80\"\n", "nat64.prefix", "not an RFC 6052 prefix length");
+        bad("[nat64]\nprefix = \"64:ff9b::1/96\"\n", "nat64.prefix", "host bits set; did you mean 64:ff9b::/96?");
+        bad("[nat64]\nprefix = \"192.0.2.0/24\"\n", "nat64.prefix", "not an IPv6 prefix");
+        bad("[nat64]\nprefix = 96\n", "nat64.prefix", "expected a string, found an integer");
+    }
+
+    #[test]
+    fn bad_nat64_mappings() {
+        let eam = |items: &str| format!("[nat64]\neam = [{items}]\n");
+        bad(
+            &eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "198.51.100.0/25" }"#),
+            "nat64.eam[0]",
+            "leaves 8 host bits but 198.51.100.0/25 leaves 7",
+        );
+        bad(&eam(r#"{ ipv6 = "2001:db8::/120" }"#), "nat64.eam[0].ipv4", "missing");
+        bad(&eam(r#"{ ipv6 = "2001:db8::1", ipv4 = "192.0.2.1/32" }"#), "nat64.eam[0].ipv6", "write 2001:db8::1/128");
+        bad(&eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1" }"#), "nat64.eam[0].ipv4", "write 192.0.2.1/32");
+        bad(&eam(r#"{ ipv6 = "2001:db8::/64", ipv4 = "10.0.0.0/8" }"#), "nat64.eam[0].ipv6", "use /96 or longer");
+        bad(&eam(r#"{ ipv6 = "2001:db8::1/120", ipv4 = "192.0.2.0/24" }"#), "nat64.eam[0].ipv6", "host bits set");
+        bad(
+            &eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "192.0.2.1/24" }"#),
+            "nat64.eam[0].ipv4",
+            "host bits set; did you mean 192.0.2.0/24?",
+        );
+        bad(&eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1/32", port = 80 }"#), "nat64.eam[0].port", "unknown key `port`");
+        bad(
+            &eam(r#"{ ipv6 = "2001:db8::1/128", ipv4 = "192.0.2.1/32" }, { ipv6 = "2001:db8::2/128", ipv4 = "192.0.2.1/32" }"#),
+            "nat64.eam[1].ipv4",
+            "mapped already (item 0)",
+        );
+        bad(&eam(r#""2001:db8::1/128 192.0.2.1/32""#), "nat64.eam[0]", "expected a table");
+        bad("[nat64]\neam = \"2001:db8::/120\"\n", "nat64.eam", "expected an array of tables");
+        bad("[nat64]\ndevices = [\"eth0:1\"]\n", "nat64.devices[0]", "contains `:`");
+    }
+
+    #[test]
+    fn nat64_translatable_ranges() {
+        let c = ok("[nat64]\ntranslatable = [\"198.51.100.0/24\", \"203.0.113.10/32\"]\n");
+        let ranges: Vec<String> = c.nat64.translatable.iter().map(ToString::to_string).collect();
+        assert_eq!(ranges, ["198.51.100.0/24", "203.0.113.10/32"]);
+        assert!(ok("").nat64.translatable.is_empty());
+        let list = |items: &str| format!("[nat64]\ntranslatable = [{items}]\n");
+        bad(&list(r#""198.51.100.0/24", "198.51.100.128/25""#), "nat64.translatable[1]", "overlaps 198.51.100.0/24 (item 0)");
+        bad(&list(r#""198.51.100.1/24""#), "nat64.translatable[0]", "host bits set");
+        bad(&list(r#""198.51.100.1""#), "nat64.translatable[0]", "write 198.51.100.1/32");
+        bad(&list(r#""2001:db8::/120""#), "nat64.translatable[0]", "not an IPv4 prefix");
+        bad("[nat64]\ntranslatable = \"198.51.100.0/24\"\n", "nat64.translatable", "array");
+    }
+}
