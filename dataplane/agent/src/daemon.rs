@@ -30,6 +30,7 @@ use crate::{
     bgp, bigtcp,
     cluster::{self, Cluster},
     connections::{self, LeftBackend},
+    conntrack,
     endpoints::Endpoints,
     files, fragmenter, health_checks, logging, metrics, nat46_gw, nat64_state, netdev,
     paths::Paths,
@@ -142,7 +143,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut resync = interval(RESYNC);
     resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
     resync.tick().await;
-    let mut nat64_sweep = interval(nat64_state::SWEEP_EVERY);
+    let mut nat64_sweep = interval(conntrack::SWEEP_EVERY);
     nat64_sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut watchdog_usec = 0;
     let mut watchdog =

@@ -7,6 +7,7 @@ mod bigtcp;
 mod bpf;
 mod cluster;
 mod connections;
+mod conntrack;
 mod counters;
 mod daemon;
 mod detach;
@@ -29,6 +30,7 @@ mod services;
 mod sockets;
 mod state;
 mod status;
+mod sync;
 mod tables;
 mod verifier;
 

@@ -19,20 +19,18 @@ use std::{
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use serde::{Deserialize, Serialize};
-use v6node_abi::{
-    maps, CtKey, CtValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, CT_CLOSING, CT_ESTABLISHED, MAGLEV_SIZE,
-};
+use v6node_abi::{maps, CtKey, CtValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, MAGLEV_SIZE};
 use v6node_config::{Nat46, Nat46Gateway};
 
 use crate::{
-    bpf, maglev,
-    nat64_state::{monotonic_ns, StateTable, SWEEP_MARGIN_NS},
+    bpf,
+    conntrack::{self, monotonic_ns, StateTable},
+    maglev,
 };
 
 /// A backend's id is its frontend's id times this plus its slot, so that
 /// the frontend each backend belongs to is read back from the tables alone.
 const SLOTS_PER_FRONTEND: u32 = v6node_abi::BACKENDS_PER_SERVICE_MAX;
-const TCP: u8 = libc::IPPROTO_TCP as u8;
 
 /// One backend as `status` shows it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -254,15 +252,6 @@ pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>>
     Ok(nat46.map(|_| stats))
 }
 
-fn lifetime_ns(nat46: &Nat46, proto: u8, flow: &CtValue) -> u64 {
-    let seconds = match proto {
-        TCP if flow.flags & (CT_ESTABLISHED | CT_CLOSING) as u8 == CT_ESTABLISHED as u8 => nat46.tcp_established_seconds,
-        TCP => nat46.tcp_transitory_seconds,
-        _ => nat46.udp_seconds,
-    };
-    u64::from(seconds) * 1_000_000_000
-}
-
 /// A forward entry's key holds the client as ::ffff:a.b.c.d (abi.h).
 fn is_forward(key: &CtKey) -> bool {
     key.saddr[..10] == [0; 10] && key.saddr[10..12] == [0xff, 0xff]
@@ -294,6 +283,7 @@ pub fn sweep(pin_dir: &Path, nat46: &Nat46, mut stats: Nat46Stats) -> Result<Nat
     let state = StateTable::open(pin_dir, maps::NAT46_STATE)?;
     let lookup: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT46_STATE)?;
     let now = monotonic_ns();
+    let lifetimes = conntrack::nat46_lifetimes(nat46);
     let prefix = nat46.source_prefix.network();
     let (mut forward, mut reverse): (HashMap<CtKey, CtValue>, Vec<(CtKey, CtValue)>) = (HashMap::new(), Vec::new());
     for (key, value) in state.entries()? {
@@ -305,7 +295,7 @@ pub fn sweep(pin_dir: &Path, nat46: &Nat46, mut stats: Nat46Stats) -> Result<Nat
     }
     let expired: Vec<CtKey> = forward
         .iter()
-        .filter(|(key, flow)| now.saturating_sub(flow.last_seen_ns) > lifetime_ns(nat46, key.proto, flow) + SWEEP_MARGIN_NS)
+        .filter(|(key, flow)| conntrack::is_expired(&lifetimes, key.proto, flow, now))
         .map(|(key, _)| *key)
         .collect();
     state.remove(&expired)?;
@@ -313,7 +303,7 @@ pub fn sweep(pin_dir: &Path, nat46: &Nat46, mut stats: Nat46Stats) -> Result<Nat
     for key in &expired {
         forward.remove(key);
     }
-    let old = |made: u64| now.saturating_sub(made) > SWEEP_MARGIN_NS;
+    let old = |made: u64| conntrack::is_old(made, now);
     for (key, value) in &reverse {
         let named = forward.get(&forward_key(key, value)).is_some_and(|flow| flow.daddr == key.saddr && flow.dport == key.sport);
         // Read again: a packet may have just made this entry new.

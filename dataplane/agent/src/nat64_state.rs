@@ -8,25 +8,21 @@ use std::{
     collections::{HashMap, HashSet},
     net::Ipv4Addr,
     path::Path,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use anyhow::{Context, Result};
 use aya::maps::{lpm_trie::Key, HashMap as BpfHashMap, LpmTrie, MapData, Queue};
 use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, CtKey, CtValue, Nat64Config, Nat64PoolValue, Nat64Port, CT_CLOSING, CT_ESTABLISHED};
+use v6node_abi::{maps, CtKey, CtValue, Nat64Config, Nat64PoolValue, Nat64Port};
 use v6node_config::{Nat64Stateful, PortRange};
 
-use crate::{bpf, tables};
-
-/// How often expired bindings are removed and their ports given back: the
-/// longest a port stays out of the pool after its binding expired.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
-/// An entry counts as expired here this much later than in BPF, which
-/// writes last_seen at most once a second: the sweep never removes a
-/// binding a packet has just found live.
-pub(crate) const SWEEP_MARGIN_NS: u64 = 2_000_000_000;
+use crate::{
+    bpf,
+    conntrack::{self, monotonic_ns, StateTable},
+    sync,
+};
 
 const TCP: u8 = libc::IPPROTO_TCP as u8;
 const UDP: u8 = libc::IPPROTO_UDP as u8;
@@ -81,120 +77,11 @@ fn range_of(stateful: &Nat64Stateful, proto: u8) -> PortRange {
     }
 }
 
-/// How long the binding whose pool side is `value` outlives its last
-/// packet: the rule of `v6n_nat64_lifetime_ns`.
-fn lifetime_ns(stateful: &Nat64Stateful, proto: u8, value: &CtValue) -> u64 {
-    let seconds = match proto {
-        TCP if value.flags & (CT_ESTABLISHED | CT_CLOSING) as u8 == CT_ESTABLISHED as u8 => stateful.tcp_established_seconds,
-        TCP => stateful.tcp_transitory_seconds,
-        UDP => stateful.udp_seconds,
-        _ => stateful.icmp_seconds,
-    };
-    u64::from(seconds) * 1_000_000_000
-}
-
-/// CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn ipv4_of(mapped: &[u8; 16]) -> Ipv4Addr {
     Ipv4Addr::new(mapped[12], mapped[13], mapped[14], mapped[15])
 }
 
 const ZERO16: [u8; 16] = [0; 16];
-
-/// `union bpf_attr` as the BPF_MAP_*_BATCH commands read it.
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
-
-const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
-const BATCH: usize = 8192;
-
-/// A state table (of connection tracking's key and value types) read and
-/// pruned in batches: aya's iterator and removals cost a system call or two
-/// per entry, which at a million entries is seconds of a CPU per sweep; a
-/// batch moves thousands.
-pub(crate) struct StateTable(MapData, &'static str);
-
-impl StateTable {
-    pub(crate) fn open(pin_dir: &Path, name: &'static str) -> Result<StateTable> {
-        let pin = pin_dir.join(name);
-        Ok(StateTable(MapData::from_pin(&pin).with_context(|| format!("opening {}", pin.display()))?, name))
-    }
-
-    fn batch(&self, command: libc::c_long, attr: &mut BatchAttr) -> std::io::Result<()> {
-        use std::os::fd::{AsFd, AsRawFd};
-        attr.map_fd = self.0.fd().as_fd().as_raw_fd() as u32;
-        // SAFETY: attr and the buffers it points to outlive the call, sized
-        // for attr.count entries of the table's key and value types.
-        let rc = unsafe { libc::syscall(libc::SYS_bpf, command, attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>()) };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    pub(crate) fn entries(&self) -> Result<Vec<(CtKey, CtValue)>> {
-        let mut keys = vec![CtKey::default(); BATCH];
-        let mut values = vec![CtValue::default(); BATCH];
-        let mut all = Vec::new();
-        let (mut token, mut next) = (0u32, 0u32);
-        let mut first = true;
-        loop {
-            let mut attr = BatchAttr {
-                in_batch: if first { 0 } else { &token as *const u32 as u64 },
-                out_batch: &mut next as *mut u32 as u64,
-                keys: keys.as_mut_ptr() as u64,
-                values: values.as_mut_ptr() as u64,
-                count: BATCH as u32,
-                ..BatchAttr::default()
-            };
-            let result = self.batch(BPF_MAP_LOOKUP_BATCH, &mut attr);
-            let got = attr.count as usize;
-            all.extend(keys[..got].iter().copied().zip(values[..got].iter().copied()));
-            match result {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(all),
-                Err(e) => return Err(e).with_context(|| format!("reading {}", self.1)),
-            }
-            token = next;
-            first = false;
-        }
-    }
-
-    /// Removes `keys`; one already gone is skipped.
-    pub(crate) fn remove(&self, keys: &[CtKey]) -> Result<()> {
-        let mut rest = keys;
-        while !rest.is_empty() {
-            let take = rest.len().min(BATCH);
-            let mut attr = BatchAttr { keys: rest.as_ptr() as u64, count: take as u32, ..BatchAttr::default() };
-            let result = self.batch(BPF_MAP_DELETE_BATCH, &mut attr);
-            let done = attr.count as usize;
-            match result {
-                Ok(()) => rest = &rest[take..],
-                // Stopped at a key that is gone already: skip it.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => rest = &rest[(done + 1).min(rest.len())..],
-                Err(e) => return Err(e).with_context(|| format!("removing from {}", self.1)),
-            }
-        }
-        Ok(())
-    }
-}
 
 /// The three kinds of entry in the state table (abi.h).
 enum Entry {
@@ -235,8 +122,8 @@ pub fn sync(pin_dir: &Path, stateful: Option<&Nat64Stateful>) -> Result<Option<S
     let wanted_sources: Vec<((u32, [u8; 16]), u8)> = stateful
         .map(|s| s.sources.iter().map(|n: &Ipv6Net| ((u32::from(n.prefix_len()), n.network().octets()), 1u8)).collect())
         .unwrap_or_default();
-    let mut ignored = tables::SyncStats::default();
-    let stale = tables::sync_trie(&mut sources, &wanted_sources, &mut ignored, "NAT64 sources")?;
+    let mut ignored = sync::SyncStats::default();
+    let stale = sync::sync_trie(&mut sources, &wanted_sources, &mut ignored, "NAT64 sources")?;
     for (len, addr) in stale {
         sources.remove(&Key::new(len, addr)).context("removing a stale NAT64 source")?;
     }
@@ -293,11 +180,10 @@ fn drain(pin_dir: &Path, name: &str) -> Result<usize> {
 /// 6056) and spread over the pool's addresses.
 fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
     let now = monotonic_ns();
+    let lifetimes = conntrack::nat64_lifetimes(stateful);
     let mut held: HashSet<(u8, [u8; 16], u16)> = HashSet::new();
     for (key, value) in StateTable::open(pin_dir, maps::NAT64_STATE)?.entries()? {
-        if matches!(kind(&key), Entry::PoolSide)
-            && now.saturating_sub(value.last_seen_ns) <= lifetime_ns(stateful, key.proto, &value)
-        {
+        if matches!(kind(&key), Entry::PoolSide) && conntrack::is_live(&lifetimes, key.proto, &value, now) {
             held.insert((key.proto, key.daddr, key.dport));
         }
     }
@@ -331,6 +217,7 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
     let state = StateTable::open(pin_dir, maps::NAT64_STATE)?;
     let mut lookup: BpfHashMap<MapData, CtKey, CtValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_STATE)?;
     let now = monotonic_ns();
+    let lifetimes = conntrack::nat64_lifetimes(stateful);
     let mut pool_sides: HashMap<CtKey, CtValue> = HashMap::new();
     let mut client_sides: Vec<(CtKey, CtValue)> = Vec::new();
     let mut permits: Vec<(CtKey, CtValue)> = Vec::new();
@@ -345,13 +232,13 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
     }
     let expired: HashSet<CtKey> = pool_sides
         .iter()
-        .filter(|(key, value)| now.saturating_sub(value.last_seen_ns) > lifetime_ns(stateful, key.proto, value) + SWEEP_MARGIN_NS)
+        .filter(|(key, value)| conntrack::is_expired(&lifetimes, key.proto, value, now))
         .map(|(key, _)| *key)
         .collect();
     // Permits first: none may outlive its binding into the port's next one.
     // An entry made while the table was read may have a binding the read
     // missed: what is missing counts only for entries older than the read.
-    let old = |made: u64| now.saturating_sub(made) > SWEEP_MARGIN_NS;
+    let old = |made: u64| conntrack::is_old(made, now);
     let (gone_permits, kept_permits): (Vec<(CtKey, CtValue)>, Vec<_>) = permits.into_iter().partition(|(permit, value)| {
         let binding = pool_key_of_permit(permit);
         expired.contains(&binding) || (!pool_sides.contains_key(&binding) && old(value.last_seen_ns))

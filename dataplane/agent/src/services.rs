@@ -34,7 +34,7 @@ use v6node_k8s::{
     ServiceProblem, ServicesView,
 };
 
-use crate::{bpf, connections::LeftBackend, maglev, tables::SyncStats};
+use crate::{bpf, connections::LeftBackend, maglev, sync::SyncStats};
 
 /// A backend as the tables know it: its transport address.
 type BackendAddr = (std::net::Ipv6Addr, u16, u8);

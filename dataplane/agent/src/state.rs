@@ -13,13 +13,7 @@ use std::{
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    attach::Attachment,
-    attach::TcMode,
-    bigtcp, files,
-    paths::Paths,
-    tables::{Nat64Stats, SyncStats},
-};
+use crate::{attach::Attachment, attach::TcMode, bigtcp, files, paths::Paths, sync::SyncStats, tables::Nat64Stats};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct State {

@@ -14,7 +14,8 @@ use crate::{
     netdev,
     paths::Paths,
     state::{self, Reload},
-    tables::{Nat64Stats, SyncStats},
+    sync::SyncStats,
+    tables::Nat64Stats,
 };
 
 #[derive(Serialize)]

@@ -15,25 +15,16 @@ use v6node_abi::{
 };
 use v6node_config::{Nat46, Nat64, Nat64Filtering};
 
-use crate::bpf;
+use crate::{
+    bpf, conntrack,
+    sync::{sync_trie, SyncStats},
+};
 
 /// aya's LPM key is `{ u32 prefix_len; K data }`; with K = [u8; 16] it must
 /// be byte for byte the C side's `struct v6n_lpm6_key`.
 type DenyKey = Key<[u8; 16]>;
 const _: () = assert!(std::mem::size_of::<DenyKey>() == std::mem::size_of::<Lpm6Key>());
 const _: () = assert!(std::mem::size_of::<Key<[u8; 4]>>() == std::mem::size_of::<Lpm4Key>());
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct SyncStats {
-    pub entries: usize,
-    pub inserted: usize,
-    pub updated: usize,
-    pub removed: usize,
-    /// Time to read the current table from the kernel.
-    pub read_micros: u64,
-    /// Time for the inserts, updates and removals.
-    pub write_micros: u64,
-}
 
 /// Makes the deny table hold exactly `wanted`. New and changed entries are
 /// written before stale ones are removed, and each write is one atomic map
@@ -88,30 +79,6 @@ pub struct Nat64Stats {
     /// IPv6 are cut to it; None: they get a Fragmentation Needed.
     #[serde(default)]
     pub fragment_mtu: Option<u32>,
-}
-
-/// Makes an LPM table (`what`, for errors) hold exactly `wanted`: writes
-/// first; the stale keys are returned for the caller to remove last.
-pub(crate) fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
-    trie: &mut LpmTrie<MapData, [u8; N], V>,
-    wanted: &[((u32, [u8; N]), V)],
-    stats: &mut SyncStats,
-    what: &str,
-) -> Result<Vec<(u32, [u8; N])>> {
-    let mut current: HashMap<(u32, [u8; N]), V> = HashMap::new();
-    for entry in trie.iter() {
-        let (key, value) = entry.with_context(|| format!("reading the {what} table"))?;
-        current.insert((key.prefix_len(), key.data()), value);
-    }
-    for (slot, value) in wanted {
-        match current.remove(slot) {
-            Some(old) if old == *value => continue,
-            Some(_) => stats.updated += 1,
-            None => stats.inserted += 1,
-        }
-        trie.insert(&Key::new(slot.0, slot.1), *value, 0).with_context(|| format!("writing a {what} entry"))?;
-    }
-    Ok(current.into_keys().collect())
 }
 
 /// Fills the translator's tables from `[nat64]`. New and changed mappings go
@@ -171,10 +138,7 @@ fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>) -> Nat64Config {
             Nat64Filtering::EndpointIndependent => NAT64_FILTER_ENDPOINT_INDEPENDENT,
             Nat64Filtering::AddressDependent => NAT64_FILTER_ADDRESS_DEPENDENT,
         } as u8;
-        value.udp_seconds = stateful.udp_seconds;
-        value.tcp_established_seconds = stateful.tcp_established_seconds;
-        value.tcp_transitory_seconds = stateful.tcp_transitory_seconds;
-        value.icmp_seconds = stateful.icmp_seconds;
+        value.lifetimes = conntrack::nat64_lifetimes(stateful);
     }
     if let Some(nat46) = nat46 {
         value.nat46_prefix.copy_from_slice(&nat46.source_prefix.network().octets()[..12]);

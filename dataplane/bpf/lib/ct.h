@@ -110,13 +110,47 @@ static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *f
 	return 0;
 }
 
-static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_value *entry, __u8 proto)
+/* How long `entry` outlives its last packet: the one rule of every stateful
+ * table, each with its own lifetimes (the agent's sweeps read them alike). */
+static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_lifetimes *lifetimes,
+						const struct v6n_ct_value *entry, __u8 proto)
 {
-	if (entry->flags & V6N_CT_CLOSING)
-		return V6N_CT_CLOSING_SECONDS * V6N_NS_PER_SECOND;
-	if (proto == IPPROTO_TCP)
-		return V6N_CT_TCP_SECONDS * V6N_NS_PER_SECOND;
-	return V6N_CT_UDP_SECONDS * V6N_NS_PER_SECOND;
+	__u32 seconds = lifetimes->icmp_seconds;
+
+	if (proto == IPPROTO_TCP) {
+		if (entry->flags & V6N_CT_CLOSING)
+			seconds = lifetimes->tcp_closing_seconds;
+		else if (entry->flags & V6N_CT_ESTABLISHED)
+			seconds = lifetimes->tcp_established_seconds;
+		else
+			seconds = lifetimes->tcp_transitory_seconds;
+	} else if (proto == IPPROTO_UDP) {
+		seconds = lifetimes->udp_seconds;
+	}
+	return seconds * V6N_NS_PER_SECOND;
+}
+
+/* Whether `entry` has outlived its lifetime at `now`. */
+static __always_inline int v6n_ct_expired(const struct v6n_ct_lifetimes *lifetimes, const struct v6n_ct_value *entry,
+					  __u8 proto, __u64 now)
+{
+	return now - entry->last_seen_ns > v6n_ct_lifetime_ns(lifetimes, entry, proto);
+}
+
+/* NodePort's entries (v6n_ct): TCP kept as long as kube-proxy keeps it. */
+#define V6N_CT_SERVICE_LIFETIMES                                                                  \
+	{                                                                                         \
+		.udp_seconds = V6N_CT_UDP_SECONDS, .tcp_established_seconds = V6N_CT_TCP_SECONDS, \
+		.tcp_transitory_seconds = V6N_CT_TCP_SECONDS, .icmp_seconds = V6N_CT_UDP_SECONDS, \
+		.tcp_closing_seconds = V6N_CT_CLOSING_SECONDS,                                    \
+	}
+
+/* Whether NodePort's `entry` has outlived its lifetime at `now`. */
+static __always_inline int v6n_ct_service_expired(const struct v6n_ct_value *entry, __u8 proto, __u64 now)
+{
+	const struct v6n_ct_lifetimes lifetimes = V6N_CT_SERVICE_LIFETIMES;
+
+	return v6n_ct_expired(&lifetimes, entry, proto, now);
 }
 
 /* The live entry for `flow`, or NULL (none, or its lifetime is over). */
@@ -124,7 +158,7 @@ static __always_inline struct v6n_ct_value *v6n_ct_lookup(const struct v6n_flow 
 {
 	struct v6n_ct_value *entry = bpf_map_lookup_elem(&v6n_ct, &flow->key);
 
-	if (!entry || now - entry->last_seen_ns > v6n_ct_lifetime_ns(entry, flow->key.proto))
+	if (!entry || v6n_ct_service_expired(entry, flow->key.proto, now))
 		return NULL;
 	return entry;
 }

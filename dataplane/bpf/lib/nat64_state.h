@@ -144,20 +144,6 @@ static __always_inline void v6n_nat64_pool_key(struct v6n_ct_key *key, const __u
 	key->proto = proto;
 }
 
-static __always_inline __u64 v6n_nat64_lifetime_ns(const struct v6n_nat64_config *cfg, const struct v6n_ct_value *binding,
-						   __u8 proto)
-{
-	__u32 seconds = cfg->icmp_seconds;
-
-	if (proto == IPPROTO_TCP)
-		seconds = (binding->flags & (V6N_CT_ESTABLISHED | V6N_CT_CLOSING)) == V6N_CT_ESTABLISHED
-				  ? cfg->tcp_established_seconds
-				  : cfg->tcp_transitory_seconds;
-	else if (proto == IPPROTO_UDP)
-		seconds = cfg->udp_seconds;
-	return seconds * V6N_NS_PER_SECOND;
-}
-
 /* The pool side of a binding, if it is live: an expired one is never
  * brought back, so the agent may remove what it finds expired. */
 static __always_inline struct v6n_ct_value *v6n_nat64_live(const struct v6n_nat64_config *cfg, const struct v6n_ct_key *key,
@@ -165,7 +151,7 @@ static __always_inline struct v6n_ct_value *v6n_nat64_live(const struct v6n_nat6
 {
 	struct v6n_ct_value *binding = bpf_map_lookup_elem(&v6n_nat64_state, key);
 
-	if (!binding || now - binding->last_seen_ns > v6n_nat64_lifetime_ns(cfg, binding, key->proto))
+	if (!binding || v6n_ct_expired(&cfg->lifetimes, binding, key->proto, now))
 		return NULL;
 	return binding;
 }

@@ -80,7 +80,7 @@ static __always_inline int v6n_masquerade_port(struct v6n_ct_value *out, const s
 		/* Taken: by a connection still alive, or one whose lifetime is over. */
 		struct v6n_ct_value *holder = bpf_map_lookup_elem(&v6n_ct, &key);
 		__u64 now = reply->last_seen_ns;
-		if (holder && now - holder->last_seen_ns > v6n_ct_lifetime_ns(holder, proto)) {
+		if (holder && v6n_ct_service_expired(holder, proto, now)) {
 			if (bpf_map_update_elem(&v6n_ct, &key, reply, BPF_ANY) == 0)
 				return 0;
 		}
@@ -205,7 +205,7 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
 	__builtin_memcpy(key.saddr, &inner->daddr, 16);
 	__builtin_memcpy(key.daddr, &inner->saddr, 16);
 	struct v6n_ct_value *entry = bpf_map_lookup_elem(&v6n_ct, &key);
-	if (!entry || bpf_ktime_get_ns() - entry->last_seen_ns > v6n_ct_lifetime_ns(entry, proto))
+	if (!entry || v6n_ct_service_expired(entry, proto, bpf_ktime_get_ns()))
 		return 0;
 
 	/* The quote becomes (entry's destination -> entry's source). */

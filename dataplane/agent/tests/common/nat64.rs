@@ -9,8 +9,8 @@ use aya::{
     Ebpf,
 };
 use v6node_abi::{
-    maps, CtKey, CtValue, Direction, EamValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, Nat64Config, Nat64PoolValue,
-    Nat64Port, Reason, MAGLEV_SIZE,
+    maps, CtKey, CtLifetimes, CtValue, Direction, EamValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, Nat64Config,
+    Nat64PoolValue, Nat64Port, Reason, MAGLEV_SIZE,
 };
 
 use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_marked, try_run_program, PinDir, Run};
@@ -121,10 +121,13 @@ impl Xlat {
     pub fn enable_stateful(&mut self, pool: &[Ipv4Addr], source: Ipv6Addr, len: u8, first: u16, last: u16, filtering: u32) {
         self.update_config(|c| {
             c.filtering = filtering as u8;
-            c.udp_seconds = 300;
-            c.tcp_established_seconds = 7440;
-            c.tcp_transitory_seconds = 240;
-            c.icmp_seconds = 60;
+            c.lifetimes = CtLifetimes {
+                udp_seconds: 300,
+                tcp_established_seconds: 7440,
+                tcp_transitory_seconds: 240,
+                icmp_seconds: 60,
+                tcp_closing_seconds: 240,
+            };
         });
         let mut sources: LpmTrie<&mut MapData, [u8; 16], u8> =
             LpmTrie::try_from(self.ebpf.map_mut(maps::NAT64_SOURCES).unwrap()).unwrap();

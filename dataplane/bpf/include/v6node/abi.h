@@ -86,6 +86,19 @@ struct v6n_deny_value {
  * hash update swaps in a new element under RCU: a packet sees the old prefix
  * or the new one, never half of each.
  */
+/*
+ * How long a connection-tracking entry (struct v6n_ct_value, below) outlives
+ * its last packet, by protocol and TCP state: one rule for every stateful
+ * table (v6n_ct_lifetime_ns in lib/ct.h, conntrack.rs in the agent).
+ */
+struct v6n_ct_lifetimes {
+	__u32 udp_seconds;
+	__u32 tcp_established_seconds; /* V6N_CT_ESTABLISHED and not closing */
+	__u32 tcp_transitory_seconds;  /* before the answer */
+	__u32 icmp_seconds;            /* and any other protocol */
+	__u32 tcp_closing_seconds;     /* after a FIN or RST (V6N_CT_CLOSING) */
+};
+
 struct v6n_nat64_config {
 	__u8 prefix[16];  /* RFC 6052 prefix, host bits zero */
 	__u8 prefix_len;  /* 32, 40, 48, 56, 64 or 96 */
@@ -93,10 +106,7 @@ struct v6n_nat64_config {
 	__u8 pad[2];
 	/* Stateful NAT64: how long a binding outlives its last packet (RFC 6146
 	 * 4's defaults are the config's). */
-	__u32 udp_seconds;
-	__u32 tcp_established_seconds;
-	__u32 tcp_transitory_seconds; /* before the answer, and after a FIN or RST */
-	__u32 icmp_seconds;
+	struct v6n_ct_lifetimes lifetimes;
 	__u32 pool_layout; /* the agent's: which pool the free-port queues hold */
 	/* Stateful NAT46 gateway: the /96 IPv4 clients are embedded in (RFC
 	 * 6052), routed to this gateway alone so that replies come back here;
