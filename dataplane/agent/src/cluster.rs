@@ -72,7 +72,7 @@ impl Cluster {
         self.watch.settings()
     }
 
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<()> {
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<v6node_k8s::Changes> {
         self.watch.subscribe()
     }
 

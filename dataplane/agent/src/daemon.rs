@@ -152,20 +152,32 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut cluster_settle_at: Option<TokioInstant> = None;
     let mut cluster_cost = Duration::ZERO;
     let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
+    // What the watch had changed when last looked at, and whether Nodes (or a
+    // connection) changed since the last reconcile: without that, a Service
+    // change re-applies the service tables alone.
+    let mut cluster_seen = cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default();
+    let mut nodes_changed = false;
 
     loop {
         tokio::select! {
             _ = hangup.recv() => {
                 daemon.reload().await;
                 cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
+                cluster_seen = cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default();
             }
-            _ = async { match cluster_changes.as_mut() { Some(rx) => rx.changed().await.unwrap_or(()), None => pending().await } } => {
+            Some(changes) = async { match cluster_changes.as_mut() { Some(rx) => rx.changed().await.ok().map(|()| *rx.borrow_and_update()), None => pending().await } } => {
+                nodes_changed |= changes.nodes != cluster_seen.nodes;
+                cluster_seen = changes;
                 cluster_settle_at.get_or_insert_with(|| TokioInstant::now() + CLUSTER_SETTLE.max(cluster_cost * 2));
             }
             _ = async { match cluster_settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
                 cluster_settle_at = None;
                 let started = Instant::now();
-                daemon.reconcile_cluster().await;
+                if std::mem::take(&mut nodes_changed) {
+                    daemon.reconcile_cluster().await;
+                } else {
+                    daemon.apply_services();
+                }
                 cluster_cost = started.elapsed();
             }
             _ = terminate.recv() => break,
@@ -396,8 +408,10 @@ impl Daemon {
     }
 
     /// Routes to the other nodes' pods and this node's pod prefix, from the
-    /// cluster view, then what BGP announces. Called on every change the
-    /// watch reports, at resync and after every applied configuration.
+    /// cluster view, then the service tables and what BGP announces. Called
+    /// when Nodes or a watch's connection changed, at resync and after every
+    /// applied configuration (a change of Services alone applies the service
+    /// tables alone).
     async fn reconcile_cluster(&mut self) {
         if let Some(cluster) = &self.cluster {
             let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();

@@ -21,7 +21,7 @@ use kube::{
     Resource,
 };
 
-use crate::{services::ServiceProblem, watch::Settings};
+use crate::{services::ServiceProblem, Settings};
 
 /// The reason every such Event carries; the note says what and why.
 const REASON: &str = "NotServed";

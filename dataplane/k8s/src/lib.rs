@@ -11,4 +11,12 @@ pub mod watch;
 
 pub use cluster::{ClusterView, NodeProblem, Peer};
 pub use services::{ServiceProblem, ServicesView};
-pub use watch::{ApiState, ClusterWatch, Settings};
+pub use watch::{ApiState, Changes, ClusterWatch};
+
+/// Where the agent's credential is, and who it is: what the watches and
+/// the Events they publish both need, so neither module needs the other's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub kubeconfig: std::path::PathBuf,
+    pub node_name: String,
+}

@@ -32,13 +32,34 @@ use crate::{
     cluster::ClusterView,
     events::ServiceEvents,
     services::{ServiceProblem, ServicesView},
+    Settings,
 };
 
-/// Where the agent's credential is, and who it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
-    pub kubeconfig: PathBuf,
-    pub node_name: String,
+/// What the watches changed, each kind counting its own changes, so that a
+/// subscriber re-runs only what depends on the kind that changed: a Service
+/// change need not touch routes, the CNI config or BGP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The Node store, and any watch's connection (status shows them together).
+    pub nodes: u64,
+    /// The Service and EndpointSlice stores.
+    pub services: u64,
+}
+
+/// Which count a watch's events go to.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Nodes,
+    Services,
+}
+
+impl Changes {
+    fn bump(&mut self, kind: Kind) {
+        match kind {
+            Kind::Nodes => self.nodes += 1,
+            Kind::Services => self.services += 1,
+        }
+    }
 }
 
 /// The API connection as `status` shows it.
@@ -103,7 +124,7 @@ pub struct ClusterWatch {
     slices: Store<EndpointSlice>,
     /// Nodes, Services, EndpointSlices: each watch reports its own.
     states: [Arc<Mutex<ApiState>>; 3],
-    changes: signal::Receiver<()>,
+    changes: signal::Receiver<Changes>,
     tasks: Vec<JoinHandle<()>>,
     events: ServiceEvents,
 }
@@ -116,11 +137,11 @@ impl ClusterWatch {
         let (slices, slice_writer) = reflector::store();
         let state = || Arc::new(Mutex::new(ApiState { kubeconfig: settings.kubeconfig.clone(), ..ApiState::default() }));
         let states = [state(), state(), state()];
-        let (notify, changes) = signal::channel(());
+        let (notify, changes) = signal::channel(Changes::default());
         let tasks = vec![
-            tokio::spawn(follow(settings.clone(), "nodes", node_writer, states[0].clone(), notify.clone())),
-            tokio::spawn(follow(settings.clone(), "services", service_writer, states[1].clone(), notify.clone())),
-            tokio::spawn(follow(settings.clone(), "endpointslices", slice_writer, states[2].clone(), notify)),
+            tokio::spawn(follow(settings.clone(), "nodes", Kind::Nodes, node_writer, states[0].clone(), notify.clone())),
+            tokio::spawn(follow(settings.clone(), "services", Kind::Services, service_writer, states[1].clone(), notify.clone())),
+            tokio::spawn(follow(settings.clone(), "endpointslices", Kind::Services, slice_writer, states[2].clone(), notify)),
         ];
         ClusterWatch { settings, nodes, services, slices, states, changes, tasks, events: ServiceEvents::default() }
     }
@@ -129,8 +150,9 @@ impl ClusterWatch {
         &self.settings
     }
 
-    /// A receiver that is told when a store or a connection changed.
-    pub fn subscribe(&self) -> signal::Receiver<()> {
+    /// A receiver that is told when a store or a connection changed, and
+    /// which kind did.
+    pub fn subscribe(&self) -> signal::Receiver<Changes> {
         self.changes.clone()
     }
 
@@ -220,9 +242,10 @@ impl Drop for ClusterWatch {
 async fn follow<K>(
     settings: Settings,
     what: &'static str,
+    kind: Kind,
     mut writer: Writer<K>,
     state: Arc<Mutex<ApiState>>,
-    notify: signal::Sender<()>,
+    notify: signal::Sender<Changes>,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -231,7 +254,7 @@ async fn follow<K>(
         let before = s.clone();
         change(&mut s);
         if *s != before {
-            notify.send_replace(());
+            notify.send_modify(|c| c.bump(Kind::Nodes));
         }
     };
     let mut backoff = BACKOFF_MIN;
@@ -273,7 +296,7 @@ async fn follow<K>(
                                     s.error = None;
                                 });
                             }
-                            notify.send_replace(());
+                            notify.send_modify(|c| c.bump(kind));
                         }
                         Some(Err(e)) => break format!("watching {what} at {server}: {e}"),
                         None => break format!("the watch on {server} ended"),
