@@ -30,10 +30,11 @@ cluster:
 cluster-down:
 	scripts/cluster down
 
-## The test tiers CI runs: style (rustfmt, clippy), Rust units, host scripts,
-## the agent in network namespaces, image build, qemu boot and A/B update
-## tests, then a two-node cluster end to end (test-e2e-more has the runs
-## left out for time, Kubernetes' conformance specs among them).
+## The test tiers CI runs: style (rustfmt, clippy, the config reference),
+## Rust units, host scripts, the agent in network namespaces, image build,
+## qemu boot and A/B update tests, then a two-node cluster end to end
+## (test-e2e-more has the runs left out for time, Kubernetes' conformance
+## specs among them).
 test:
 	tests/run
 
@@ -41,7 +42,8 @@ test:
 test-cluster:
 	tests/run cluster
 
-## rustfmt and clippy over the dataplane (warnings fail).
+## rustfmt and clippy over the dataplane (warnings fail), and the
+## configuration reference against the keys the config crate accepts.
 test-lint:
 	tests/run lint
 

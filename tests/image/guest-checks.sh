@@ -27,6 +27,21 @@ system_running() {
     [[ "$state" == running ]]
 }
 
+units_documentation_exists() {
+    # Each vendor unit's Documentation=file: points into /usr/share/doc/v6node,
+    # which the image must carry (the docs moved out of the README once).
+    local unit doc missing=0 seen=0
+    for unit in /usr/lib/systemd/system/v6node-* /usr/lib/systemd/system/*.d/*v6node*; do
+        for doc in $(sed -n 's/^Documentation=//p' "$unit"); do
+            [[ "$doc" == file:* ]] || continue
+            seen=$((seen + 1))
+            [[ -s "${doc#file:}" ]] || { echo "$unit: $doc is missing"; missing=1; }
+        done
+    done
+    echo "$seen documentation files named"
+    ((seen > 0 && !missing))
+}
+
 boots_to_multi_user() {
     [[ "$(systemctl get-default)" == multi-user.target ]] || { systemctl get-default; return 1; }
 }
@@ -617,6 +632,7 @@ case "$scenario" in
 default)
     pass_if "a node boots to multi-user.target, not graphical" boots_to_multi_user
     pass_if "only units the presets list are enabled" only_listed_units_enabled
+    pass_if "every unit's Documentation= file is in the image" units_documentation_exists
     pass_if "kernel config has what v6node needs" kernel_config
     pass_if "netkit devices can be created" netkit_works
     pass_if "every v6node sysctl is in effect" sysctls_in_effect

@@ -69,9 +69,9 @@ mod pod {
     unsafe impl aya::Pod for Nat46Frontend {}
 }
 
-/// Names of the maps userspace opens, as declared in `bpf/lib/maps.h` (and
-/// pinned under them). Not a list of every pinned map: `detach` reads that
-/// from the objects.
+/// Names of the maps userspace opens, as the BPF headers declare them (each
+/// beside its feature, the shared ones in `bpf/lib/maps.h`) and pin them.
+/// Not a list of every pinned map: `detach` reads that from the objects.
 pub mod maps {
     pub const COUNTERS: &str = "v6n_counters";
     pub const DENY_SRC: &str = "v6n_deny_src";
