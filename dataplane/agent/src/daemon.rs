@@ -27,18 +27,20 @@ mod endpoint_api;
 
 use crate::{
     attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
-    bgp, bigtcp,
-    cluster::{self, Cluster},
-    connections::{self, LeftBackend},
+    bigtcp,
+    cluster::{self, bgp, Cluster},
     conntrack,
     endpoints::Endpoints,
-    files, fragmenter, health_checks, logging, metrics, nat46_gw, nat64_state, netdev,
+    files, filter, logging, metrics,
+    nat::{fragmenter, gateway as nat46_gw, stateful as nat64_state, translator},
+    netdev,
     paths::Paths,
     selftest,
-    services::{Outside, ServiceTables},
-    sockets,
+    services::{
+        connections::{self, LeftBackend},
+        health_checks, sockets, Outside, ServiceTables,
+    },
     state::{self, Reload, State},
-    tables,
 };
 
 /// Device events arrive in bursts (a veth pair is two links, then flags
@@ -581,7 +583,7 @@ impl Daemon {
     /// packet.
     async fn apply(&mut self, loaded: &LoadedConfig) -> Result<()> {
         let config = &loaded.config;
-        let deny = tables::sync_deny(&self.paths.pin_dir, &config.filter.deny_sources)?;
+        let deny = filter::sync_deny(&self.paths.pin_dir, &config.filter.deny_sources)?;
         log::info!(
             "deny table: {} entries ({} added, {} changed, {} removed in {} µs)",
             deny.entries,
@@ -599,7 +601,7 @@ impl Daemon {
             self.attacher.prepare_nat64()?;
             let fragment_mtu = self.fragmentation_link().await;
             let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
-            let mut stats = tables::sync_nat64(&self.paths.pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
+            let mut stats = translator::sync_nat64(&self.paths.pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
             stats.fragment_mtu = fragment_mtu;
             stats.stateful = nat64_state::sync(&self.paths.pin_dir, config.nat64.stateful.as_ref())?;
             stats.nat46 = nat46_gw::sync(&self.paths.pin_dir, config.nat46.as_ref())?;

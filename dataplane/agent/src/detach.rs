@@ -9,9 +9,12 @@ use anyhow::{bail, Context, Result};
 
 use crate::{
     attach::{detach_clsact, pinned_links, program_pin, AttachPoint},
-    bpf, files, fragmenter, netdev,
+    bpf, files,
+    nat::fragmenter,
+    netdev,
     paths::Paths,
-    sockets, state,
+    services::sockets,
+    state,
 };
 
 pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {

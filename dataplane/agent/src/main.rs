@@ -2,36 +2,28 @@
 //! `v6node-dataplane`: the one owner of v6node's eBPF dataplane on a node.
 
 mod attach;
-mod bgp;
 mod bigtcp;
 mod bpf;
 mod cluster;
-mod connections;
 mod conntrack;
 mod counters;
 mod daemon;
 mod detach;
 mod endpoints;
 mod files;
-mod fragmenter;
-mod health_checks;
+mod filter;
 mod linkinfo;
 mod logging;
-mod maglev;
 mod metrics;
-mod nat46_gw;
-mod nat64_state;
+mod nat;
 mod netdev;
 mod paths;
 mod reload;
-mod routes;
 mod selftest;
 mod services;
-mod sockets;
 mod state;
 mod status;
 mod sync;
-mod tables;
 mod verifier;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -133,9 +125,9 @@ fn main() -> ExitCode {
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|runtime| runtime.block_on(health_checks::run(&cli.paths)))
+            .and_then(|runtime| runtime.block_on(services::health_checks::run(&cli.paths)))
             .map(|()| ExitCode::SUCCESS),
-        Command::EndConnections => connections::serve(&cli.paths.pin_dir).map(|()| ExitCode::SUCCESS),
+        Command::EndConnections => services::connections::serve(&cli.paths.pin_dir).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

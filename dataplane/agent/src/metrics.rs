@@ -77,7 +77,7 @@ pub fn render(paths: &Paths, state: &State) -> String {
             (
                 "v6node_nat64_pool_ports_in_use",
                 "Ports (ICMP: echo identifiers) of a stateful NAT64 pool address held by bindings.",
-                (|u: &crate::nat64_state::PoolUse| u.in_use) as fn(&crate::nat64_state::PoolUse) -> usize,
+                (|u: &crate::nat::stateful::PoolUse| u.in_use) as fn(&crate::nat::stateful::PoolUse) -> usize,
             ),
             ("v6node_nat64_pool_ports", "Ports of a stateful NAT64 pool address, in use or free.", |u| u.ports),
         ] {

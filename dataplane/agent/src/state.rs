@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::{attach::Attachment, attach::TcMode, bigtcp, files, paths::Paths, sync::SyncStats, tables::Nat64Stats};
+use crate::{attach::Attachment, attach::TcMode, bigtcp, files, nat::translator::Nat64Stats, paths::Paths, sync::SyncStats};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct State {
@@ -46,7 +46,7 @@ pub struct State {
     pub cluster: Option<crate::cluster::ClusterState>,
     /// The Service socket hooks on services.cgroup.
     #[serde(default)]
-    pub socket_hooks: Vec<crate::sockets::SocketHook>,
+    pub socket_hooks: Vec<crate::services::sockets::SocketHook>,
     /// The service tables; None unless the API is followed and
     /// services.cgroup is set.
     #[serde(default)]
@@ -54,10 +54,10 @@ pub struct State {
     /// Connections ended because their backend left its Service; None
     /// until a backend left.
     #[serde(default)]
-    pub ended_connections: Option<crate::connections::Ended>,
+    pub ended_connections: Option<crate::services::connections::Ended>,
     /// What bird was configured with; None while routing.asn is unset.
     #[serde(default)]
-    pub bgp: Option<crate::bgp::BgpState>,
+    pub bgp: Option<crate::cluster::bgp::BgpState>,
     pub metrics: Metrics,
     /// The self-test of each host program attached, from the last change
     /// of what is attached.

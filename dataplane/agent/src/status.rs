@@ -11,11 +11,11 @@ use crate::{
     attach::{self, Attachment, LiveLink, TcMode},
     bigtcp,
     counters::{self, CounterRow},
+    nat::translator::Nat64Stats,
     netdev,
     paths::Paths,
     state::{self, Reload},
     sync::SyncStats,
-    tables::Nat64Stats,
 };
 
 #[derive(Serialize)]
@@ -39,7 +39,7 @@ struct Status {
     /// BGP; null unless routing.asn is set.
     bgp: Option<Bgp>,
     /// The socket hooks on services.cgroup.
-    socket_hooks: Vec<crate::sockets::SocketHook>,
+    socket_hooks: Vec<crate::services::sockets::SocketHook>,
     /// Each host program's self-test (crate::selftest).
     selftest: Vec<crate::selftest::SelfTest>,
     /// Services; null until the API is followed with services.cgroup set.
@@ -51,9 +51,9 @@ struct Status {
 #[derive(Serialize)]
 struct Bgp {
     #[serde(flatten)]
-    configured: crate::bgp::BgpState,
+    configured: crate::cluster::bgp::BgpState,
     /// Each session as bird reports it now (empty when bird does not answer).
-    sessions: Vec<crate::bgp::Session>,
+    sessions: Vec<crate::cluster::bgp::Session>,
 }
 
 #[derive(Serialize)]
@@ -62,8 +62,8 @@ struct Services {
     recorded: crate::services::ServicesState,
     /// Per frontend id, from the kernel now: (sockets translated, refused).
     stats: std::collections::BTreeMap<u32, (u64, u64)>,
-    /// Connections ended because their backend left (crate::connections).
-    ended_connections: Option<crate::connections::Ended>,
+    /// Connections ended because their backend left (crate::services::connections).
+    ended_connections: Option<crate::services::connections::Ended>,
 }
 
 #[derive(Serialize)]
@@ -118,7 +118,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         if let Some(e) = &configured.error {
             problems.push(format!("bgp: {e}"));
         }
-        let sessions = match crate::bgp::sessions(&paths.bird_socket()) {
+        let sessions = match crate::cluster::bgp::sessions(&paths.bird_socket()) {
             Ok(sessions) => sessions,
             Err(e) => {
                 problems.push(format!("bgp: {e:#} (is v6node-bgp.service running?)"));
@@ -333,7 +333,7 @@ fn human(status: &Status) -> String {
                     .frontends
                     .iter()
                     .flat_map(|f| {
-                        let none = [crate::nat46_gw::BackendUse { address: "(none)".into(), ..Default::default() }];
+                        let none = [crate::nat::gateway::BackendUse { address: "(none)".into(), ..Default::default() }];
                         let backends = if f.backends.is_empty() { none.to_vec() } else { f.backends.clone() };
                         backends.into_iter().map(move |b| {
                             vec![

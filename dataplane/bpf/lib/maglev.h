@@ -2,7 +2,7 @@
 /*
  * The Maglev bucket of a flow: a hash of the client's transport address that
  * is the same on every node (unlike the skb's hash, seeded per boot), into
- * the agent's tables (agent/src/maglev.rs). Services reached from outside
+ * the agent's tables (agent/src/services/maglev.rs). Services reached from outside
  * (nodeport.h) and the NAT46 gateway (nat46_gw.h) choose backends by it.
  */
 #ifndef V6NODE_LIB_MAGLEV_H

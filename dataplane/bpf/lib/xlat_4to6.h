@@ -334,7 +334,7 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
  * RFC 7915 4.1: a DF-clear packet too big for the IPv6 next hop is
  * fragmented, not refused. A BPF program sends one packet, so the kernel
  * does it: marked, the packet is routed out of the agent's fragmentation
- * link (agent/src/fragmenter.rs) and its fragments are translated one by one as they come
+ * link (agent/src/nat/fragmenter.rs) and its fragments are translated one by one as they come
  * back in. Returns 1 when the packet is marked so. Never twice (a
  * fragment still too big gets the Fragmentation Needed), and not the
  * stateful paths' packets: their ports are rewritten already and their

@@ -116,7 +116,7 @@ struct v6n_nat64_config {
 	__u8 pad2[3];
 	/* RFC 7915 4.1: a DF-clear IPv4 packet too big for the IPv6 next hop
 	 * goes to the kernel with this mark, which routes it out of the
-	 * agent's fragmentation link (agent/src/fragmenter.rs) with an MTU
+	 * agent's fragmentation link (agent/src/nat/fragmenter.rs) with an MTU
 	 * that leaves room for the headers translation adds; the fragments
 	 * come back in at its peer and are translated one by one. 0: no such
 	 * link, a Fragmentation Needed instead. */

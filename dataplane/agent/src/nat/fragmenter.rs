@@ -91,7 +91,7 @@ pub async fn ensure(handle: &Handle) -> Result<()> {
     let route = RouteMessageBuilder::<Ipv4Addr>::new()
         .output_interface(index)
         .table_id(TABLE)
-        .protocol(RouteProtocol::Other(crate::routes::PROTOCOL))
+        .protocol(RouteProtocol::Other(crate::cluster::routes::PROTOCOL))
         .scope(RouteScope::Link)
         .build();
     handle.route().add(route).replace().execute().await.with_context(|| format!("routing table {TABLE} to {LINK}"))?;

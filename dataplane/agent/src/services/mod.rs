@@ -16,6 +16,11 @@
 //! the backends such connections may go to, written before its slot 0 names
 //! it external, and the uplink masquerades as the address in v6n_lb_cfg.
 
+pub mod connections;
+pub mod health_checks;
+pub mod maglev;
+pub mod sockets;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::Path,
@@ -34,7 +39,8 @@ use v6node_k8s::{
     ServiceProblem, ServicesView,
 };
 
-use crate::{bpf, connections::LeftBackend, maglev, sync::SyncStats};
+use crate::{bpf, sync::SyncStats};
+use connections::LeftBackend;
 
 /// A backend as the tables know it: its transport address.
 type BackendAddr = (std::net::Ipv6Addr, u16, u8);

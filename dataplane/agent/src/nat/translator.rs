@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Keeps the pinned BPF tables equal to the configuration.
+//! The stateless translator's tables (`bpf/lib/nat64.h`): the prefix,
+//! explicit address mappings and translatable ranges, kept equal to
+//! `[nat64]`, and its one configuration element.
 
-use std::{collections::HashMap, path::Path, time::Instant};
+use std::{path::Path, time::Instant};
 
 use anyhow::{Context, Result};
 use aya::maps::{
     lpm_trie::{Key, LpmTrie},
     HashMap as BpfHashMap, MapData,
 };
-use ipnet::{Ipv4Net, Ipv6Net};
+use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
-use v6node_abi::{
-    maps, DenyValue, EamValue, Lpm4Key, Lpm6Key, Nat64Config, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT,
-};
+use v6node_abi::{maps, EamValue, Lpm4Key, Nat64Config, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT};
 use v6node_config::{Nat46, Nat64, Nat64Filtering};
 
 use crate::{
@@ -20,45 +20,9 @@ use crate::{
     sync::{sync_trie, SyncStats},
 };
 
-/// aya's LPM key is `{ u32 prefix_len; K data }`; with K = [u8; 16] it must
-/// be byte for byte the C side's `struct v6n_lpm6_key`.
-type DenyKey = Key<[u8; 16]>;
-const _: () = assert!(std::mem::size_of::<DenyKey>() == std::mem::size_of::<Lpm6Key>());
+/// aya's LPM key is `{ u32 prefix_len; K data }`; with K = [u8; 4] it must
+/// be byte for byte the C side's `struct v6n_lpm4_key`.
 const _: () = assert!(std::mem::size_of::<Key<[u8; 4]>>() == std::mem::size_of::<Lpm4Key>());
-
-/// Makes the deny table hold exactly `wanted`. New and changed entries are
-/// written before stale ones are removed, and each write is one atomic map
-/// update, so a prefix in both the old and the new config is never absent.
-pub fn sync_deny(pin_dir: &Path, wanted: &[Ipv6Net]) -> Result<SyncStats> {
-    let mut trie: LpmTrie<MapData, [u8; 16], DenyValue> = bpf::open_pinned_map(pin_dir, maps::DENY_SRC)?;
-    let started = Instant::now();
-    let mut current: HashMap<(u32, [u8; 16]), u32> = HashMap::new();
-    for entry in trie.iter() {
-        let (key, value) = entry.context("reading the deny table")?;
-        current.insert((key.prefix_len(), key.data()), value.rule);
-    }
-    let read_micros = started.elapsed().as_micros() as u64;
-
-    let started = Instant::now();
-    let mut stats = SyncStats { entries: wanted.len(), read_micros, ..SyncStats::default() };
-    for (rule, net) in wanted.iter().enumerate() {
-        let rule = rule as u32;
-        let slot = (u32::from(net.prefix_len()), net.network().octets());
-        match current.remove(&slot) {
-            Some(old) if old == rule => continue,
-            Some(_) => stats.updated += 1,
-            None => stats.inserted += 1,
-        }
-        trie.insert(&Key::new(slot.0, slot.1), DenyValue { rule }, 0)
-            .with_context(|| format!("adding {net} to the deny table"))?;
-    }
-    for (prefix_len, addr) in current.into_keys() {
-        trie.remove(&Key::new(prefix_len, addr)).context("removing a stale deny entry")?;
-        stats.removed += 1;
-    }
-    stats.write_micros = started.elapsed().as_micros() as u64;
-    Ok(stats)
-}
 
 /// What syncing the translator's tables did, for `status`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -71,10 +35,10 @@ pub struct Nat64Stats {
     pub translatable: SyncStats,
     /// `[nat64.stateful]`, refreshed by each sweep.
     #[serde(default)]
-    pub stateful: Option<crate::nat64_state::StatefulStats>,
+    pub stateful: Option<super::stateful::StatefulStats>,
     /// `[nat46]`, its flows refreshed by each sweep.
     #[serde(default)]
-    pub nat46: Option<crate::nat46_gw::Nat46Stats>,
+    pub nat46: Option<super::gateway::Nat46Stats>,
     /// The fragmentation link's MTU: DF-clear IPv4 packets too big for
     /// IPv6 are cut to it; None: they get a Fragmentation Needed.
     #[serde(default)]

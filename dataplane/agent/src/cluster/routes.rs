@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Keeps the routes to other nodes' pod prefixes equal to the cluster view,
-//! the way `tables.rs` keeps the BPF tables: new and changed routes first
+//! the way `filter.rs` keeps the BPF tables: new and changed routes first
 //! (one atomic replace each), stale ones last. They live in the main table,
 //! which BPF host routing's `bpf_fib_lookup` asks, marked with v6node's own
 //! route protocol so that no other route is ever touched. The kernel keeps

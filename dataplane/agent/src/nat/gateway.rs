@@ -25,7 +25,7 @@ use v6node_config::{Nat46, Nat46Gateway};
 use crate::{
     bpf,
     conntrack::{self, monotonic_ns, StateTable},
-    maglev,
+    services::maglev,
 };
 
 /// A backend's id is its frontend's id times this plus its slot, so that

@@ -4,6 +4,9 @@
 //! and this node's pod prefix, and reports both for `status`. Nothing here is
 //! torn down when the API goes away: the view is the last complete one.
 
+pub mod bgp;
+pub mod routes;
+
 use std::net::Ipv6Addr;
 
 use ipnet::Ipv6Net;
@@ -11,7 +14,7 @@ use rtnetlink::Handle;
 use serde::{Deserialize, Serialize};
 use v6node_k8s::{ApiState, ClusterWatch, NodeProblem, ServicesView, Settings};
 
-use crate::routes::{self, PeerRoute, RouteState, RouteStats};
+use routes::{PeerRoute, RouteState, RouteStats};
 
 /// The cluster as `status` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
