@@ -32,7 +32,7 @@ use crate::{
     conntrack,
     endpoints::Endpoints,
     files, filter, logging, metrics,
-    nat::{fragmenter, gateway as nat46_gw, stateful as nat64_state, translator},
+    nat::{fragmenter, Nat},
     netdev,
     paths::Paths,
     selftest,
@@ -80,10 +80,7 @@ struct Daemon {
     /// EndpointSlice queues them here rather than at the helper's socket,
     /// which takes a few at once (MaxConnections=).
     ending: Arc<tokio::sync::Mutex<()>>,
-    /// A sweep over a large NAT64 state table waits ten times its own
-    /// length before the next: at most a tenth of a CPU.
-    nat64_sweep_after: Option<Instant>,
-    nat46_sweep_after: Option<Instant>,
+    nat: Nat,
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -130,8 +127,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         cluster: None,
         services: ServiceTables::default(),
         ending: Arc::default(),
-        nat64_sweep_after: None,
-        nat46_sweep_after: None,
+        nat: Nat::default(),
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -193,8 +189,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
             }
             _ = resync.tick() => daemon.resync().await,
             _ = nat64_sweep.tick() => {
-                daemon.sweep_nat64();
-                daemon.sweep_nat46();
+                daemon.sweep_nat();
             }
             Ok((stream, _)) = listener.accept() => daemon.serve(stream).await,
             _ = async { match watchdog.as_mut() { Some(w) => { w.tick().await; } None => pending().await } } => {
@@ -326,66 +321,13 @@ impl Daemon {
         Ok(wanted)
     }
 
-    /// Stateful NAT64's timer: ends expired bindings, gives their ports
-    /// back, and refreshes what `status` shows of the pool.
-    fn sweep_nat64(&mut self) {
-        let nat64 = &self.loaded.config.nat64;
-        let Some(stateful) = nat64.stateful.as_ref().filter(|_| !nat64.devices.is_empty()) else {
+    /// The NAT sweeps' timer; what they find shows in `status`.
+    fn sweep_nat(&mut self) {
+        let Some(mut stats) = self.state.lock().expect("state lock").nat64.clone() else {
             return;
         };
-        if self.nat64_sweep_after.is_some_and(|after| Instant::now() < after) {
-            return;
-        }
-        let started = Instant::now();
-        let result = nat64_state::sweep(&self.paths.pin_dir, stateful);
-        self.nat64_sweep_after = Some(started + started.elapsed() * 10);
-        match result {
-            Ok(swept) => self.update(|s| {
-                if let Some(n) = s.nat64.as_mut() {
-                    let before = n.stateful.as_ref().map_or(0, |p| p.expired);
-                    n.stateful = Some(nat64_state::StatefulStats { expired: before + swept.expired, ..swept });
-                }
-            }),
-            Err(e) => log::error!("sweeping the NAT64 bindings: {e:#}"),
-        }
-    }
-
-    /// The link the kernel fragments DF-clear IPv4 packets on before they
-    /// are translated (RFC 7915 4.1): its MTU, or None (logged) when it
-    /// cannot be made, and such packets get a Fragmentation Needed instead.
-    async fn fragmentation_link(&self) -> Option<u32> {
-        match fragmenter::ensure(&self.netlink).await {
-            Ok(()) => Some(fragmenter::MTU),
-            Err(e) => {
-                log::warn!("{e:#}: DF-clear IPv4 packets too big for IPv6 get Fragmentation Needed");
-                None
-            }
-        }
-    }
-
-    /// The NAT46 gateway's timer: ends idle flows and refreshes each
-    /// backend's count of flows in `status`.
-    fn sweep_nat46(&mut self) {
-        let config = &self.loaded.config;
-        let Some(nat46) = config.nat46.as_ref().filter(|_| !config.nat64.devices.is_empty()) else {
-            return;
-        };
-        if self.nat46_sweep_after.is_some_and(|after| Instant::now() < after) {
-            return;
-        }
-        let Some(stats) = self.state.lock().expect("state lock").nat64.as_ref().and_then(|n| n.nat46.clone()) else {
-            return;
-        };
-        let started = Instant::now();
-        let result = nat46_gw::sweep(&self.paths.pin_dir, nat46, stats);
-        self.nat46_sweep_after = Some(started + started.elapsed() * 10);
-        match result {
-            Ok(swept) => self.update(|s| {
-                if let Some(n) = s.nat64.as_mut() {
-                    n.nat46 = Some(swept);
-                }
-            }),
-            Err(e) => log::error!("sweeping the NAT46 gateway's flows: {e:#}"),
+        if self.nat.sweep(&self.paths.pin_dir, &self.loaded.config, &mut stats) {
+            self.update(|s| s.nat64 = Some(stats));
         }
     }
 
@@ -592,36 +534,10 @@ impl Daemon {
             deny.removed,
             deny.write_micros
         );
-        let nat64 = if config.nat64.devices.is_empty() {
-            if let Err(e) = fragmenter::remove(&self.netlink).await {
-                log::warn!("removing the fragmentation link: {e:#}");
-            }
-            None
-        } else {
+        if !config.nat64.devices.is_empty() {
             self.attacher.prepare_nat64()?;
-            let fragment_mtu = self.fragmentation_link().await;
-            let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
-            let mut stats = translator::sync_nat64(&self.paths.pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
-            stats.fragment_mtu = fragment_mtu;
-            stats.stateful = nat64_state::sync(&self.paths.pin_dir, config.nat64.stateful.as_ref())?;
-            stats.nat46 = nat46_gw::sync(&self.paths.pin_dir, config.nat46.as_ref())?;
-            if let Some(gateway) = &stats.nat46 {
-                log::info!("NAT46 gateway: {} frontend(s), clients from {}", gateway.frontends.len(), gateway.source_prefix);
-            }
-            if let Some(pool) = &stats.stateful {
-                log::info!("NAT64 stateful: pool {}, {} binding(s) kept", pool.layout, pool.bindings);
-            }
-            log::info!(
-                "NAT64 prefix {}, {} EAM(s) ({} added, {} changed, {} removed in {} µs)",
-                stats.prefix,
-                stats.eam.entries,
-                stats.eam.inserted,
-                stats.eam.updated,
-                stats.eam.removed,
-                stats.eam.write_micros
-            );
-            Some(stats)
-        };
+        }
+        let nat64 = self.nat.sync(&self.paths.pin_dir, &self.netlink, config).await?;
         // Every node resolves with DNS64 under the cluster's prefix, whether
         // or not it translates itself.
         if files::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {

@@ -7,3 +7,110 @@ pub mod fragmenter;
 pub mod gateway;
 pub mod stateful;
 pub mod translator;
+
+use std::{path::Path, time::Instant};
+
+use anyhow::Result;
+use rtnetlink::Handle;
+use v6node_config::Config;
+
+use translator::Nat64Stats;
+
+/// The feature as the daemon sees it: sync from the configuration, sweep on
+/// a timer, and the figures `status` shows ([`Nat64Stats`]).
+#[derive(Default)]
+pub struct Nat {
+    /// A sweep over a large state table waits ten times its own length
+    /// before the next: at most a tenth of a CPU.
+    stateful_sweep_after: Option<Instant>,
+    gateway_sweep_after: Option<Instant>,
+}
+
+impl Nat {
+    /// Makes the translator's tables, stateful NAT64's and the gateway's
+    /// hold `config` (and the fragmentation link exist), or, with no device
+    /// translating, removes the fragmentation link. Returns what `status`
+    /// shows, None when nothing translates.
+    pub async fn sync(&mut self, pin_dir: &Path, netlink: &Handle, config: &Config) -> Result<Option<Nat64Stats>> {
+        if config.nat64.devices.is_empty() {
+            if let Err(e) = fragmenter::remove(netlink).await {
+                log::warn!("removing the fragmentation link: {e:#}");
+            }
+            return Ok(None);
+        }
+        let fragment_mtu = fragmentation_link(netlink).await;
+        let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
+        let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
+        stats.fragment_mtu = fragment_mtu;
+        stats.stateful = stateful::sync(pin_dir, config.nat64.stateful.as_ref())?;
+        stats.nat46 = gateway::sync(pin_dir, config.nat46.as_ref())?;
+        if let Some(gateway) = &stats.nat46 {
+            log::info!("NAT46 gateway: {} frontend(s), clients from {}", gateway.frontends.len(), gateway.source_prefix);
+        }
+        if let Some(pool) = &stats.stateful {
+            log::info!("NAT64 stateful: pool {}, {} binding(s) kept", pool.layout, pool.bindings);
+        }
+        log::info!(
+            "NAT64 prefix {}, {} EAM(s) ({} added, {} changed, {} removed in {} µs)",
+            stats.prefix,
+            stats.eam.entries,
+            stats.eam.inserted,
+            stats.eam.updated,
+            stats.eam.removed,
+            stats.eam.write_micros
+        );
+        Ok(Some(stats))
+    }
+
+    /// The sweeps' timer: stateful NAT64 ends expired bindings and gives
+    /// their ports back, the gateway ends idle flows; `stats` then shows
+    /// the pool's use and each backend's flows. Errors are logged: the next
+    /// tick tries again. Returns whether `stats` changed.
+    pub fn sweep(&mut self, pin_dir: &Path, config: &Config, stats: &mut Nat64Stats) -> bool {
+        let mut swept_any = false;
+        if config.nat64.devices.is_empty() {
+            return swept_any;
+        }
+        if let Some(pool) = config.nat64.stateful.as_ref() {
+            if let Some(swept) = timed(&mut self.stateful_sweep_after, || stateful::sweep(pin_dir, pool), "the NAT64 bindings") {
+                let before = stats.stateful.as_ref().map_or(0, |p| p.expired);
+                stats.stateful = Some(stateful::StatefulStats { expired: before + swept.expired, ..swept });
+                swept_any = true;
+            }
+        }
+        if let (Some(nat46), Some(flows)) = (config.nat46.as_ref(), stats.nat46.clone()) {
+            if let Some(swept) =
+                timed(&mut self.gateway_sweep_after, || gateway::sweep(pin_dir, nat46, flows), "the NAT46 gateway's flows")
+            {
+                stats.nat46 = Some(swept);
+                swept_any = true;
+            }
+        }
+        swept_any
+    }
+}
+
+/// Runs `sweep` unless `after` is still ahead, then sets it ten times the
+/// sweep's length ahead. An error is logged as sweeping `what`.
+fn timed<T>(after: &mut Option<Instant>, sweep: impl FnOnce() -> Result<T>, what: &str) -> Option<T> {
+    if after.is_some_and(|after| Instant::now() < after) {
+        return None;
+    }
+    let started = Instant::now();
+    let result = sweep();
+    *after = Some(started + started.elapsed() * 10);
+    result.map_err(|e| log::error!("sweeping {what}: {e:#}")).ok()
+}
+
+/// The link the kernel fragments DF-clear IPv4 packets on before they are
+/// translated (RFC 7915 4.1): its MTU, or None (logged) when it cannot be
+/// made, and such packets get a Fragmentation Needed instead.
+async fn fragmentation_link(netlink: &Handle) -> Option<u32> {
+    match fragmenter::ensure(netlink).await {
+        Ok(()) => Some(fragmenter::MTU),
+        Err(e) => {
+            log::warn!("{e:#}: DF-clear IPv4 packets too big for IPv6 get Fragmentation Needed");
+            None
+        }
+    }
+}
