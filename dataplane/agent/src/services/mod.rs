@@ -15,6 +15,9 @@
 //! A frontend reached from outside also has a Maglev table (v6n_maglev) over
 //! the backends such connections may go to, written before its slot 0 names
 //! it external, and the uplink masquerades as the address in v6n_lb_cfg.
+//!
+//! A sync is planned first (`plan`: the tables as they are and the view in,
+//! the ordered writes out; unit-tested without BPF), then applied.
 
 pub mod connections;
 pub mod health_checks;
@@ -68,7 +71,7 @@ pub struct Outside {
 }
 
 /// The service tables as last read or written.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Current {
     frontends: BTreeMap<Address, Written>,
     backends: BTreeMap<BackendAddr, u32>,
@@ -329,172 +332,242 @@ impl ServiceTables {
             self.current = Some(tables.read()?);
         }
         let read_micros = started.elapsed().as_micros() as u64;
-        let current = self.current.as_mut().expect("read above");
         let started = Instant::now();
-        let mut stats = SyncStats { entries: view.frontends.len(), read_micros, ..SyncStats::default() };
-
-        // How remote backends are reached, before any table names one.
-        if current.outside != outside {
-            match outside {
-                Some(o) => {
-                    let flags = if o.dsr { LB_DSR } else { 0 };
-                    tables
-                        .config
-                        .insert(0, LbConfig { masquerade_addr: o.masquerade.octets(), flags }, 0)
-                        .with_context(|| format!("setting the masquerade address {} (dsr {})", o.masquerade, o.dsr))?
-                }
-                None => remove(&mut tables.config, &0)?,
-            }
-            current.outside = outside;
+        let plan = plan(self.current.as_ref().expect("read above"), view, outside);
+        for write in &plan.writes {
+            write.apply(&mut tables, view)?;
         }
-
-        // What each backend id was, for the backends that leave.
-        let addresses: BTreeMap<u32, BackendAddr> = current.backends.iter().map(|(addr, id)| (*id, *addr)).collect();
-        let mut left = Vec::new();
-
-        // Backends: ids kept, new ones given the lowest free id, written first.
-        let mut used: BTreeSet<u32> = current.backends.values().copied().collect();
-        let mut backend_ids = Ids { used: &mut used, cursor: 0 };
-        let mut wanted_backends: BTreeSet<BackendAddr> = BTreeSet::new();
-        for frontend in &view.frontends {
-            for b in frontend.backends.iter().chain(frontend.from_outside.iter().flatten()) {
-                let addr = (b.ip, b.port, frontend.address.protocol.number());
-                wanted_backends.insert(addr);
-                if let std::collections::btree_map::Entry::Vacant(slot) = current.backends.entry(addr) {
-                    let id = backend_ids.next();
-                    tables
-                        .backends
-                        .insert(id, l4(addr.0, addr.1, addr.2), 0)
-                        .with_context(|| format!("adding backend [{}]:{}", addr.0, addr.1))?;
-                    slot.insert(id);
-                }
-            }
-        }
-
-        // Frontends: address for replies, slots, then slot 0.
-        let mut used_frontends: BTreeSet<u32> = current.frontends.values().map(|w| w.id).filter(|id| *id != 0).collect();
-        let mut frontend_ids = Ids { used: &mut used_frontends, cursor: 0 };
-        let mut states = Vec::with_capacity(view.frontends.len());
-        for frontend in &view.frontends {
-            let address = frontend.address;
-            let proto = address.protocol.number();
-            let old = current.frontends.get(&address).cloned();
-            let id = match old.as_ref().map(|w| w.id).filter(|id| *id != 0) {
-                Some(id) => id,
-                None => {
-                    let id = frontend_ids.next();
-                    tables
-                        .frontends
-                        .insert(id, l4(address.ip, address.port, proto), 0)
-                        .with_context(|| format!("adding frontend {address}"))?;
-                    id
-                }
-            };
-            let wanted: BTreeSet<u32> = frontend.backends.iter().map(|b| current.backends[&(b.ip, b.port, proto)]).collect();
-            let old_slots = old.as_ref().map(|w| w.slots.clone()).unwrap_or_default();
-            let slots = place(&old_slots, &wanted);
-            let mut flags = if frontend.affinity_seconds.is_some() { SERVICE_AFFINITY as u16 } else { 0 };
-            if frontend.from_outside.is_some() {
-                flags |= SERVICE_EXTERNAL as u16;
-            }
-            // Sorted by address (the view's order): the same on every node.
-            let maglev: Vec<u32> =
-                frontend.from_outside.iter().flatten().map(|b| current.backends[&(b.ip, b.port, proto)]).collect();
-            let next = Written {
-                id,
-                flags,
-                affinity_seconds: frontend.affinity_seconds.unwrap_or(0),
-                slots: slots.clone(),
-                maglev: maglev.clone(),
-            };
-            // A backend leaves when its endpoint is gone from the slices
-            // (`listed` holds every backend); one still listed (not ready,
-            // terminating) finishes what it has. Unchanged frontends, most
-            // of them in a large cluster, cost nothing here.
-            if old_slots != slots || current.listed.get(&address) != Some(&frontend.listed) {
-                let before = endpoints_known(&addresses, &old_slots, current.listed.get(&address));
-                left.extend(before.difference(&frontend.listed).map(|&(ip, port)| LeftBackend {
-                    frontend: id,
-                    ip,
-                    port,
-                    protocol: address.protocol,
-                }));
-                current.listed.insert(address, frontend.listed.clone());
-            }
-            if old.as_ref() != Some(&next) {
-                let old_maglev = old.as_ref().map(|w| w.maglev.clone()).unwrap_or_default();
-                if !maglev.is_empty() && maglev != old_maglev {
-                    write_maglev(&mut tables, frontend, id, &maglev)?;
-                    current.maglev.insert(id);
-                }
-                write_frontend(&mut tables, frontend, &old_slots, &next)?;
-                if maglev.is_empty() && current.maglev.remove(&id) {
-                    remove(&mut tables.maglev, &id)?;
-                }
-                match old {
-                    Some(_) => stats.updated += 1,
-                    None => stats.inserted += 1,
-                }
-                current.frontends.insert(address, next);
-            }
-            states.push(FrontendState { id, frontend: frontend.clone() });
-        }
-
-        // Stale frontends: slot 0 first (new connections stop), then the rest.
-        let wanted_addresses: BTreeSet<Address> = view.frontends.iter().map(|f| f.address).collect();
-        let stale: Vec<Address> = current.frontends.keys().filter(|a| !wanted_addresses.contains(a)).copied().collect();
-        for address in stale {
-            let written = current.frontends.remove(&address).expect("listed above");
-            remove(&mut tables.services, &key(&address, 0))?;
-            let listed = current.listed.remove(&address);
-            if written.id != 0 {
-                let before = endpoints_known(&addresses, &written.slots, listed.as_ref());
-                left.extend(before.into_iter().map(|(ip, port)| LeftBackend {
-                    frontend: written.id,
-                    ip,
-                    port,
-                    protocol: address.protocol,
-                }));
-            }
-            for slot in 1..=written.slots.len() {
-                remove(&mut tables.services, &key(&address, slot as u16))?;
-            }
-            if written.id != 0 {
-                remove(&mut tables.frontends, &written.id)?;
-                let _ = tables.stats.remove(&written.id);
-                if current.maglev.remove(&written.id) {
-                    remove(&mut tables.maglev, &written.id)?;
-                }
-            }
-            stats.removed += 1;
-        }
-        // Tables of frontends that are gone (an interrupted sync).
-        let live: BTreeSet<u32> = current.frontends.values().map(|w| w.id).collect();
-        for id in current.maglev.iter().filter(|id| !live.contains(id)).copied().collect::<Vec<_>>() {
-            remove(&mut tables.maglev, &id)?;
-            current.maglev.remove(&id);
-        }
-        // Backends no frontend names any more.
-        let stale: Vec<BackendAddr> = current.backends.keys().filter(|b| !wanted_backends.contains(b)).copied().collect();
-        for addr in stale {
-            let id = current.backends.remove(&addr).expect("listed above");
-            remove(&mut tables.backends, &id)?;
-        }
-        stats.write_micros = started.elapsed().as_micros() as u64;
+        let stats = SyncStats {
+            entries: view.frontends.len(),
+            read_micros,
+            write_micros: started.elapsed().as_micros() as u64,
+            ..plan.stats
+        };
         let state = ServicesState {
-            frontends: states,
-            backends: current.backends.len(),
+            frontends: plan.states,
+            backends: plan.next.backends.len(),
             problems: view.problems.clone(),
             sync: stats,
             error: None,
-            remote_backends: match current.outside {
+            remote_backends: match plan.next.outside {
                 Some(Outside { dsr: true, .. }) => "direct server return".to_string(),
                 Some(Outside { masquerade, .. }) => format!("masquerade as {masquerade}"),
                 None => "none".to_string(),
             },
         };
-        Ok((state, left))
+        self.current = Some(plan.next);
+        Ok((state, plan.left))
     }
+}
+
+/// One write to the service tables; a plan lists them in the order that
+/// never shows a reader a half-written Service. Frontends are named by
+/// their index in the view.
+#[derive(Debug, PartialEq)]
+enum Write {
+    /// v6n_lb_cfg: how remote backends are reached; None removes it.
+    Outside(Option<Outside>),
+    Backend(u32, BackendAddr),
+    FrontendAddress(u32, usize),
+    /// A frontend's Maglev table over these backend ids, in its view order.
+    Maglev(u32, usize, Vec<u32>),
+    /// A frontend's changed slots, its slot 0, then slots past its count.
+    Frontend {
+        frontend: usize,
+        old_slots: Vec<u32>,
+        next: Written,
+    },
+    RemoveMaglev(u32),
+    RemoveSlot(Address, u16),
+    /// A frontend id's address and its counters.
+    RemoveFrontend(u32),
+    RemoveBackend(u32),
+}
+
+impl Write {
+    fn apply(&self, tables: &mut Tables, view: &ServicesView) -> Result<()> {
+        match self {
+            Write::Outside(Some(o)) => {
+                let flags = if o.dsr { LB_DSR } else { 0 };
+                tables
+                    .config
+                    .insert(0, LbConfig { masquerade_addr: o.masquerade.octets(), flags }, 0)
+                    .with_context(|| format!("setting the masquerade address {} (dsr {})", o.masquerade, o.dsr))
+            }
+            Write::Outside(None) => remove(&mut tables.config, &0),
+            Write::Backend(id, addr) => tables
+                .backends
+                .insert(id, l4(addr.0, addr.1, addr.2), 0)
+                .with_context(|| format!("adding backend [{}]:{}", addr.0, addr.1)),
+            Write::FrontendAddress(id, frontend) => {
+                let address = view.frontends[*frontend].address;
+                tables
+                    .frontends
+                    .insert(id, l4(address.ip, address.port, address.protocol.number()), 0)
+                    .with_context(|| format!("adding frontend {address}"))
+            }
+            Write::Maglev(id, frontend, backend_ids) => write_maglev(tables, &view.frontends[*frontend], *id, backend_ids),
+            Write::Frontend { frontend, old_slots, next } => write_frontend(tables, &view.frontends[*frontend], old_slots, next),
+            Write::RemoveMaglev(id) => remove(&mut tables.maglev, id),
+            Write::RemoveSlot(address, slot) => remove(&mut tables.services, &key(address, *slot)),
+            Write::RemoveFrontend(id) => {
+                remove(&mut tables.frontends, id)?;
+                let _ = tables.stats.remove(id);
+                Ok(())
+            }
+            Write::RemoveBackend(id) => remove(&mut tables.backends, id),
+        }
+    }
+}
+
+/// What a sync does, worked out before any write: the writes in order, the
+/// tables as they will be, what `status` shows, and the backends that leave.
+struct Plan {
+    writes: Vec<Write>,
+    next: Current,
+    states: Vec<FrontendState>,
+    left: Vec<LeftBackend>,
+    /// Frontends added, changed and removed.
+    stats: SyncStats,
+}
+
+/// Plans making the tables, now `current`, hold exactly `view`.
+fn plan(current: &Current, view: &ServicesView, outside: Option<Outside>) -> Plan {
+    let mut next = current.clone();
+    let mut writes = Vec::new();
+    let mut stats = SyncStats::default();
+
+    // How remote backends are reached, before any table names one.
+    if next.outside != outside {
+        writes.push(Write::Outside(outside));
+        next.outside = outside;
+    }
+
+    // What each backend id was, for the backends that leave.
+    let addresses: BTreeMap<u32, BackendAddr> = next.backends.iter().map(|(addr, id)| (*id, *addr)).collect();
+    let mut left = Vec::new();
+
+    // Backends: ids kept, new ones given the lowest free id, written first.
+    let mut used: BTreeSet<u32> = next.backends.values().copied().collect();
+    let mut backend_ids = Ids { used: &mut used, cursor: 0 };
+    let mut wanted_backends: BTreeSet<BackendAddr> = BTreeSet::new();
+    for frontend in &view.frontends {
+        for b in frontend.backends.iter().chain(frontend.from_outside.iter().flatten()) {
+            let addr = (b.ip, b.port, frontend.address.protocol.number());
+            wanted_backends.insert(addr);
+            if let std::collections::btree_map::Entry::Vacant(slot) = next.backends.entry(addr) {
+                let id = backend_ids.next();
+                writes.push(Write::Backend(id, addr));
+                slot.insert(id);
+            }
+        }
+    }
+
+    // Frontends: address for replies, slots, then slot 0.
+    let mut used_frontends: BTreeSet<u32> = next.frontends.values().map(|w| w.id).filter(|id| *id != 0).collect();
+    let mut frontend_ids = Ids { used: &mut used_frontends, cursor: 0 };
+    let mut states = Vec::with_capacity(view.frontends.len());
+    for (index, frontend) in view.frontends.iter().enumerate() {
+        let address = frontend.address;
+        let proto = address.protocol.number();
+        let old = next.frontends.get(&address).cloned();
+        let id = match old.as_ref().map(|w| w.id).filter(|id| *id != 0) {
+            Some(id) => id,
+            None => {
+                let id = frontend_ids.next();
+                writes.push(Write::FrontendAddress(id, index));
+                id
+            }
+        };
+        let wanted: BTreeSet<u32> = frontend.backends.iter().map(|b| next.backends[&(b.ip, b.port, proto)]).collect();
+        let old_slots = old.as_ref().map(|w| w.slots.clone()).unwrap_or_default();
+        let slots = place(&old_slots, &wanted);
+        let mut flags = if frontend.affinity_seconds.is_some() { SERVICE_AFFINITY as u16 } else { 0 };
+        if frontend.from_outside.is_some() {
+            flags |= SERVICE_EXTERNAL as u16;
+        }
+        // Sorted by address (the view's order): the same on every node.
+        let maglev: Vec<u32> = frontend.from_outside.iter().flatten().map(|b| next.backends[&(b.ip, b.port, proto)]).collect();
+        let written = Written {
+            id,
+            flags,
+            affinity_seconds: frontend.affinity_seconds.unwrap_or(0),
+            slots: slots.clone(),
+            maglev: maglev.clone(),
+        };
+        // A backend leaves when its endpoint is gone from the slices
+        // (`listed` holds every backend); one still listed (not ready,
+        // terminating) finishes what it has. Unchanged frontends, most
+        // of them in a large cluster, cost nothing here.
+        if old_slots != slots || next.listed.get(&address) != Some(&frontend.listed) {
+            let before = endpoints_known(&addresses, &old_slots, next.listed.get(&address));
+            left.extend(before.difference(&frontend.listed).map(|&(ip, port)| LeftBackend {
+                frontend: id,
+                ip,
+                port,
+                protocol: address.protocol,
+            }));
+            next.listed.insert(address, frontend.listed.clone());
+        }
+        if old.as_ref() != Some(&written) {
+            let old_maglev = old.as_ref().map(|w| w.maglev.clone()).unwrap_or_default();
+            if !maglev.is_empty() && maglev != old_maglev {
+                writes.push(Write::Maglev(id, index, maglev.clone()));
+                next.maglev.insert(id);
+            }
+            writes.push(Write::Frontend { frontend: index, old_slots, next: written.clone() });
+            if maglev.is_empty() && next.maglev.remove(&id) {
+                writes.push(Write::RemoveMaglev(id));
+            }
+            match old {
+                Some(_) => stats.updated += 1,
+                None => stats.inserted += 1,
+            }
+            next.frontends.insert(address, written);
+        }
+        states.push(FrontendState { id, frontend: frontend.clone() });
+    }
+
+    // Stale frontends: slot 0 first (new connections stop), then the rest.
+    let wanted_addresses: BTreeSet<Address> = view.frontends.iter().map(|f| f.address).collect();
+    let stale: Vec<Address> = next.frontends.keys().filter(|a| !wanted_addresses.contains(a)).copied().collect();
+    for address in stale {
+        let written = next.frontends.remove(&address).expect("listed above");
+        writes.push(Write::RemoveSlot(address, 0));
+        let listed = next.listed.remove(&address);
+        if written.id != 0 {
+            let before = endpoints_known(&addresses, &written.slots, listed.as_ref());
+            left.extend(before.into_iter().map(|(ip, port)| LeftBackend {
+                frontend: written.id,
+                ip,
+                port,
+                protocol: address.protocol,
+            }));
+        }
+        for slot in 1..=written.slots.len() {
+            writes.push(Write::RemoveSlot(address, slot as u16));
+        }
+        if written.id != 0 {
+            writes.push(Write::RemoveFrontend(written.id));
+            if next.maglev.remove(&written.id) {
+                writes.push(Write::RemoveMaglev(written.id));
+            }
+        }
+        stats.removed += 1;
+    }
+    // Tables of frontends that are gone (an interrupted sync).
+    let live: BTreeSet<u32> = next.frontends.values().map(|w| w.id).collect();
+    for id in next.maglev.iter().filter(|id| !live.contains(id)).copied().collect::<Vec<_>>() {
+        writes.push(Write::RemoveMaglev(id));
+        next.maglev.remove(&id);
+    }
+    // Backends no frontend names any more.
+    let stale: Vec<BackendAddr> = next.backends.keys().filter(|b| !wanted_backends.contains(b)).copied().collect();
+    for addr in stale {
+        let id = next.backends.remove(&addr).expect("listed above");
+        writes.push(Write::RemoveBackend(id));
+    }
+    Plan { writes, next, states, left, stats }
 }
 
 /// A frontend's Maglev table over `backend_ids` (in the order of their
@@ -597,5 +670,94 @@ mod tests {
     #[test]
     fn a_hole_from_an_interrupted_sync_is_filled() {
         assert_eq!(place(&[1, 0, 3], &ids(&[1, 3])), vec![1, 3]);
+    }
+
+    const TCP: Protocol = Protocol::Tcp;
+
+    fn backend(last: u16) -> v6node_k8s::services::Backend {
+        v6node_k8s::services::Backend { ip: format!("fd00:10:244::{last:x}").parse().unwrap(), port: 8080, terminating: false }
+    }
+
+    /// A ClusterIP fd00:96::N:80 over backends fd00:10:244::B for each B,
+    /// all of them listed.
+    fn frontend(n: u16, backends: &[u16]) -> Frontend {
+        let backends: Vec<_> = backends.iter().map(|&b| backend(b)).collect();
+        Frontend {
+            address: Address { ip: format!("fd00:96::{n:x}").parse().unwrap(), port: 80, protocol: TCP },
+            service: format!("default/s{n}"),
+            port_name: String::new(),
+            kind: v6node_k8s::services::FrontendKind::ClusterIp,
+            listed: backends.iter().map(|b| (b.ip, b.port)).collect(),
+            backends,
+            affinity_seconds: None,
+            from_outside: None,
+        }
+    }
+
+    fn view(frontends: Vec<Frontend>) -> ServicesView {
+        ServicesView { frontends, ..ServicesView::default() }
+    }
+
+    /// Where in `writes` the first write matching `is` stands.
+    fn at(writes: &[Write], is: impl Fn(&Write) -> bool) -> usize {
+        writes.iter().position(is).expect("a write of that kind")
+    }
+
+    #[test]
+    fn a_new_service_is_written_backends_first_and_its_count_last() {
+        let plan = plan(&Current::default(), &view(vec![frontend(1, &[1, 2])]), None);
+        assert_eq!(plan.stats.inserted, 1);
+        let backends: Vec<usize> =
+            plan.writes.iter().enumerate().filter(|(_, w)| matches!(w, Write::Backend(..))).map(|(i, _)| i).collect();
+        assert_eq!(backends.len(), 2);
+        let address = at(&plan.writes, |w| matches!(w, Write::FrontendAddress(..)));
+        let Write::Frontend { next, old_slots, .. } = &plan.writes[at(&plan.writes, |w| matches!(w, Write::Frontend { .. }))]
+        else {
+            unreachable!()
+        };
+        assert!(old_slots.is_empty());
+        assert_eq!(next.slots.len(), 2, "both backends in slots");
+        let slot_zero = at(&plan.writes, |w| matches!(w, Write::Frontend { .. }));
+        assert!(backends.iter().all(|&b| b < slot_zero) && address < slot_zero, "{:?}", plan.writes);
+        assert!(plan.left.is_empty());
+        assert_eq!(plan.next.backends.len(), 2);
+    }
+
+    #[test]
+    fn the_same_view_again_writes_nothing() {
+        let wanted = view(vec![frontend(1, &[1, 2]), frontend(2, &[2, 3])]);
+        let first = plan(&Current::default(), &wanted, None);
+        let again = plan(&first.next, &wanted, None);
+        assert_eq!(again.writes, vec![]);
+        assert_eq!(again.stats, SyncStats::default());
+        assert_eq!(again.states, first.states, "ids kept");
+    }
+
+    #[test]
+    fn a_removed_service_stops_at_slot_zero_first_and_its_backends_go_last() {
+        let first = plan(&Current::default(), &view(vec![frontend(1, &[1]), frontend(2, &[2, 3])]), None);
+        let gone = plan(&first.next, &view(vec![frontend(1, &[1])]), None);
+        assert_eq!(gone.stats.removed, 1);
+        let address = frontend(2, &[]).address;
+        let slot_zero = at(&gone.writes, |w| *w == Write::RemoveSlot(address, 0));
+        let slots = at(&gone.writes, |w| matches!(w, Write::RemoveSlot(_, 1..)));
+        let id = at(&gone.writes, |w| matches!(w, Write::RemoveFrontend(_)));
+        let backends = at(&gone.writes, |w| matches!(w, Write::RemoveBackend(_)));
+        assert!(slot_zero < slots && slots < id && id < backends, "{:?}", gone.writes);
+        assert_eq!(gone.writes.iter().filter(|w| matches!(w, Write::RemoveBackend(_))).count(), 2);
+        let left: BTreeSet<u16> = gone.left.iter().map(|l| l.ip.segments()[7]).collect();
+        assert_eq!(left, BTreeSet::from([2, 3]), "the removed Service's connections end");
+    }
+
+    #[test]
+    fn a_backend_still_listed_keeps_its_connections_and_one_gone_loses_them() {
+        let first = plan(&Current::default(), &view(vec![frontend(1, &[1, 2, 3])]), None);
+        // 2 is not ready but still listed; 3 is gone from the slices.
+        let mut next = frontend(1, &[1]);
+        next.listed.insert((backend(2).ip, 8080));
+        let second = plan(&first.next, &view(vec![next]), None);
+        let left: Vec<u16> = second.left.iter().map(|l| l.ip.segments()[7]).collect();
+        assert_eq!(left, vec![3]);
+        assert_eq!(second.stats.updated, 1);
     }
 }
