@@ -46,3 +46,42 @@ pub fn sync_trie<const N: usize, V: aya::Pod + PartialEq>(
     }
     Ok(current.into_keys().collect())
 }
+
+/// Hands out ids not in `used`, lowest first from a floor: one pass over
+/// the ids for a whole sync, however many it allocates. Every table writer
+/// that numbers its entries (Service frontends and backends, the NAT46
+/// gateway's) takes its ids from here.
+pub struct Ids<'a> {
+    used: &'a mut std::collections::BTreeSet<u32>,
+    next: u32,
+}
+
+impl<'a> Ids<'a> {
+    /// Ids from `first` up (0 is no id in any table).
+    pub fn from(used: &'a mut std::collections::BTreeSet<u32>, first: u32) -> Self {
+        Ids { used, next: first }
+    }
+
+    pub fn take(&mut self) -> u32 {
+        while !self.used.insert(self.next) {
+            self.next += 1;
+        }
+        self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::Ids;
+
+    #[test]
+    fn ids_fill_the_gaps_lowest_first_from_the_floor() {
+        let mut used = BTreeSet::from([1, 2, 4, 4100]);
+        let mut ids = Ids::from(&mut used, 1);
+        assert_eq!([ids.take(), ids.take(), ids.take()], [3, 5, 6]);
+        let mut ids = Ids::from(&mut used, 4096);
+        assert_eq!([ids.take(), ids.take(), ids.take(), ids.take(), ids.take()], [4096, 4097, 4098, 4099, 4101]);
+    }
+}

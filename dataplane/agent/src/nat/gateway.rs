@@ -19,13 +19,14 @@ use std::{
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, CtKey, CtValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, MAGLEV_SIZE};
+use v6node_abi::{maps, CtKey, CtValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey};
 use v6node_config::{Nat46, Nat46Gateway};
 
 use crate::{
     bpf,
     conntrack::{self, monotonic_ns, StateTable},
     services::maglev,
+    sync::Ids,
 };
 
 /// A backend's id is its frontend's id times this plus its slot, so that
@@ -74,37 +75,22 @@ fn l4_addr(address: &SocketAddrV6, proto: u8) -> L4Addr {
     L4Addr { addr: address.ip().octets(), port: address.port().to_be(), proto, pad: 0 }
 }
 
-/// What the Maglev hash names a backend by: the same bytes on every gateway.
-fn maglev_name(address: &SocketAddrV6) -> [u8; 18] {
-    let mut name = [0u8; 18];
-    name[..16].copy_from_slice(&address.ip().octets());
-    name[16..].copy_from_slice(&address.port().to_be_bytes());
-    name
-}
-
 /// The ids `[nat46]` is written under: kept from the tables where the same
 /// frontend or backend is there already, else the lowest free ones.
-struct Ids {
+struct Assigned {
     frontends: Vec<u32>,
     backends: Vec<Vec<u32>>,
 }
 
-fn assign_ids(gateways: &[Nat46Gateway], frontends: &HashMap<Nat46FrontendKey, u32>, backends: &HashMap<u32, L4Addr>) -> Ids {
+fn assign_ids(
+    gateways: &[Nat46Gateway],
+    frontends: &HashMap<Nat46FrontendKey, u32>,
+    backends: &HashMap<u32, L4Addr>,
+) -> Assigned {
     let wanted: Vec<Option<u32>> = gateways.iter().map(|g| frontends.get(&frontend_key(g)).copied()).collect();
     let mut taken: BTreeSet<u32> = wanted.iter().flatten().copied().collect();
-    let mut next_free = 1u32;
-    let frontend_ids: Vec<u32> = wanted
-        .into_iter()
-        .map(|id| {
-            id.unwrap_or_else(|| {
-                while taken.contains(&next_free) {
-                    next_free += 1;
-                }
-                taken.insert(next_free);
-                next_free
-            })
-        })
-        .collect();
+    let mut free = Ids::from(&mut taken, 1);
+    let frontend_ids: Vec<u32> = wanted.into_iter().map(|id| id.unwrap_or_else(|| free.take())).collect();
     let backend_ids = gateways
         .iter()
         .zip(&frontend_ids)
@@ -115,23 +101,15 @@ fn assign_ids(gateways: &[Nat46Gateway], frontends: &HashMap<Nat46FrontendKey, u
                 backends.iter().filter(|(id, _)| **id / SLOTS_PER_FRONTEND == fid).map(|(id, addr)| (*addr, *id)).collect();
             let mut used: BTreeSet<u32> =
                 gateway.backends.iter().filter_map(|b| held.get(&l4_addr(&b.address, proto)).copied()).collect();
-            let mut slot = 0;
+            let mut free = Ids::from(&mut used, base);
             gateway
                 .backends
                 .iter()
-                .map(|b| {
-                    held.get(&l4_addr(&b.address, proto)).copied().unwrap_or_else(|| {
-                        while used.contains(&(base + slot)) {
-                            slot += 1;
-                        }
-                        used.insert(base + slot);
-                        base + slot
-                    })
-                })
+                .map(|b| held.get(&l4_addr(&b.address, proto)).copied().unwrap_or_else(|| free.take()))
                 .collect()
         })
         .collect();
-    Ids { frontends: frontend_ids, backends: backend_ids }
+    Assigned { frontends: frontend_ids, backends: backend_ids }
 }
 
 struct Tables {
@@ -189,15 +167,15 @@ pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>>
                 tables.backends.insert(id, addr, 0).with_context(|| format!("writing backend {} of {what}", backend.address))?;
             }
         }
-        let names: Vec<([u8; 18], u32)> = gateway.backends.iter().map(|b| (maglev_name(&b.address), b.weight)).collect();
-        let buckets = maglev::weighted_table(&names, MAGLEV_SIZE as usize);
+        let named: Vec<([u8; 18], u32, u32)> = gateway
+            .backends
+            .iter()
+            .zip(backend_ids)
+            .map(|(b, &id)| (maglev::name(b.address.ip(), b.address.port()), b.weight, id))
+            .collect();
         let mut shares = vec![0usize; gateway.backends.len()];
-        if !buckets.is_empty() {
-            let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
-            for (slot, index) in table.backend_ids.iter_mut().zip(&buckets) {
-                *slot = backend_ids[*index as usize];
-                shares[*index as usize] += 1;
-            }
+        if let Some((table, filled)) = maglev::kernel_table(&named) {
+            shares = filled;
             tables.maglev.insert(fid, table, 0).with_context(|| format!("writing the Maglev table of {what}"))?;
         }
         let live = gateway.backends.iter().filter(|b| b.weight > 0).count() as u32;

@@ -22,7 +22,9 @@ fn fnv1a(seed: u8, bytes: &[u8]) -> u64 {
 
 /// The table of `size` buckets (a prime) over `backends`, each named by
 /// bytes that are the same on every node (its address and port): the index
-/// into `backends` of each bucket. Empty without backends.
+/// into `backends` of each bucket. Empty without backends. (The kernel's
+/// tables come from `kernel_table`; this is the golden test's view.)
+#[cfg(test)]
 pub fn table<B: AsRef<[u8]>>(backends: &[B], size: usize) -> Vec<u32> {
     let weighted: Vec<(&[u8], u32)> = backends.iter().map(|b| (b.as_ref(), 1)).collect();
     weighted_table(&weighted, size)
@@ -64,6 +66,34 @@ pub fn weighted_table<B: AsRef<[u8]>>(backends: &[(B, u32)], size: usize) -> Vec
             }
         }
     }
+}
+
+/// What the hash names a backend by: its address and port, the same bytes
+/// on every node.
+pub fn name(ip: &std::net::Ipv6Addr, port: u16) -> [u8; 18] {
+    let mut name = [0u8; 18];
+    name[..16].copy_from_slice(&ip.octets());
+    name[16..].copy_from_slice(&port.to_be_bytes());
+    name
+}
+
+/// A frontend's table as the kernel keeps it (v6n_maglev, v6n_nat46_maglev)
+/// over `backends`, each (name, weight, id): every bucket holds its
+/// backend's id. Also each backend's share of the buckets. None when no
+/// backend has weight.
+pub fn kernel_table(backends: &[([u8; 18], u32, u32)]) -> Option<(v6node_abi::MaglevTable, Vec<usize>)> {
+    let weighted: Vec<(&[u8], u32)> = backends.iter().map(|(name, weight, _)| (&name[..], *weight)).collect();
+    let buckets = weighted_table(&weighted, v6node_abi::MAGLEV_SIZE as usize);
+    if buckets.is_empty() {
+        return None;
+    }
+    let mut table = v6node_abi::MaglevTable { backend_ids: [0; v6node_abi::MAGLEV_SIZE as usize] };
+    let mut shares = vec![0usize; backends.len()];
+    for (slot, index) in table.backend_ids.iter_mut().zip(&buckets) {
+        *slot = backends[*index as usize].2;
+        shares[*index as usize] += 1;
+    }
+    Some((table, shares))
 }
 
 #[cfg(test)]

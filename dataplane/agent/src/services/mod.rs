@@ -34,15 +34,17 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{
-    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, MAGLEV_SIZE, SERVICE_AFFINITY,
-    SERVICE_EXTERNAL,
+    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, SERVICE_AFFINITY, SERVICE_EXTERNAL,
 };
 use v6node_k8s::{
     services::{Address, Frontend, Protocol},
     ServiceProblem, ServicesView,
 };
 
-use crate::{bpf, sync::SyncStats};
+use crate::{
+    bpf,
+    sync::{Ids, SyncStats},
+};
 use connections::LeftBackend;
 
 /// A backend as the tables know it: its transport address.
@@ -243,24 +245,6 @@ fn endpoints_known(
     in_slots.chain(listed.into_iter().flatten().copied()).collect()
 }
 
-/// Hands out ids not in `used`, lowest first: one pass over the ids for a
-/// whole sync, however many it allocates.
-struct Ids<'a> {
-    used: &'a mut BTreeSet<u32>,
-    cursor: u32,
-}
-
-impl Ids<'_> {
-    fn next(&mut self) -> u32 {
-        loop {
-            self.cursor += 1;
-            if self.used.insert(self.cursor) {
-                return self.cursor;
-            }
-        }
-    }
-}
-
 impl ServiceTables {
     /// Reads the kernel's tables before the next sync.
     pub fn forget(&mut self) {
@@ -449,14 +433,14 @@ fn plan(current: &Current, view: &ServicesView, outside: Option<Outside>) -> Pla
 
     // Backends: ids kept, new ones given the lowest free id, written first.
     let mut used: BTreeSet<u32> = next.backends.values().copied().collect();
-    let mut backend_ids = Ids { used: &mut used, cursor: 0 };
+    let mut backend_ids = Ids::from(&mut used, 1);
     let mut wanted_backends: BTreeSet<BackendAddr> = BTreeSet::new();
     for frontend in &view.frontends {
         for b in frontend.backends.iter().chain(frontend.from_outside.iter().flatten()) {
             let addr = (b.ip, b.port, frontend.address.protocol.number());
             wanted_backends.insert(addr);
             if let std::collections::btree_map::Entry::Vacant(slot) = next.backends.entry(addr) {
-                let id = backend_ids.next();
+                let id = backend_ids.take();
                 writes.push(Write::Backend(id, addr));
                 slot.insert(id);
             }
@@ -465,7 +449,7 @@ fn plan(current: &Current, view: &ServicesView, outside: Option<Outside>) -> Pla
 
     // Frontends: address for replies, slots, then slot 0.
     let mut used_frontends: BTreeSet<u32> = next.frontends.values().map(|w| w.id).filter(|id| *id != 0).collect();
-    let mut frontend_ids = Ids { used: &mut used_frontends, cursor: 0 };
+    let mut frontend_ids = Ids::from(&mut used_frontends, 1);
     let mut states = Vec::with_capacity(view.frontends.len());
     for (index, frontend) in view.frontends.iter().enumerate() {
         let address = frontend.address;
@@ -474,7 +458,7 @@ fn plan(current: &Current, view: &ServicesView, outside: Option<Outside>) -> Pla
         let id = match old.as_ref().map(|w| w.id).filter(|id| *id != 0) {
             Some(id) => id,
             None => {
-                let id = frontend_ids.next();
+                let id = frontend_ids.take();
                 writes.push(Write::FrontendAddress(id, index));
                 id
             }
@@ -573,22 +557,10 @@ fn plan(current: &Current, view: &ServicesView, outside: Option<Outside>) -> Pla
 /// A frontend's Maglev table over `backend_ids` (in the order of their
 /// addresses), one atomic update: a packet sees the old table or the new.
 fn write_maglev(tables: &mut Tables, frontend: &Frontend, id: u32, backend_ids: &[u32]) -> Result<()> {
-    let names: Vec<[u8; 18]> = frontend
-        .from_outside
-        .iter()
-        .flatten()
-        .map(|b| {
-            let mut name = [0u8; 18];
-            name[..16].copy_from_slice(&b.ip.octets());
-            name[16..].copy_from_slice(&b.port.to_be_bytes());
-            name
-        })
-        .collect();
-    let buckets = maglev::table(&names, MAGLEV_SIZE as usize);
-    let mut table = MaglevTable { backend_ids: [0; MAGLEV_SIZE as usize] };
-    for (slot, index) in table.backend_ids.iter_mut().zip(buckets) {
-        *slot = backend_ids[index as usize];
-    }
+    let backends: Vec<([u8; 18], u32, u32)> =
+        frontend.from_outside.iter().flatten().zip(backend_ids).map(|(b, &id)| (maglev::name(&b.ip, b.port), 1, id)).collect();
+    // Called only for a frontend with backends from outside, all of weight 1.
+    let Some((table, _)) = maglev::kernel_table(&backends) else { return Ok(()) };
     tables
         .maglev
         .insert(id, table, 0)
