@@ -17,23 +17,6 @@ log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
 
-# bound NETNS tcp|udp PORT: a socket in the network namespace is bound to PORT
-# (a server started in the background is there only then).
-bound() {
-    local kind=t
-    [[ $2 == udp ]] && kind=u
-    [[ -n "$(nsenter --net="/run/netns/$1" ss -Hnl$kind "sport = :$3")" ]]
-}
-
-# wait_for WHAT COMMAND...: until the command succeeds, for up to 10 s, or die
-# naming WHAT (and $work, where a benchmark keeps its logs).
-wait_for() {
-    local what=$1
-    shift
-    for _ in $(seq 200); do "$@" && return 0; sleep 0.05; done
-    die "no $what after 10 s${work:+; logs in $work}"
-}
-
 run_mkosi() {
     # The system interpreter, which Debian packages mkosi for; a pyenv or
     # virtualenv python3 earlier in PATH is not.

@@ -3,9 +3,9 @@
 # pod B, one TCP stream (iperf3) and 1-byte TCP round trips (python3), at
 # each GSO/GRO maximum, for each mode. The caller sets work, secs, reps,
 # modes, gso_sizes, py, ns_a, ns_b, router_namespaces (whose Packet Too Big
-# are counted) and defines at, setup_pods MODE (sets addr_a, addr_b and
-# bigtcp_links, or skip) and teardown_pods; results land in result[MODE,SIZE,
-# gbps|p50|p99|ptb] and ran.
+# are counted), sources tests/netns/lib.bash and defines setup_pods MODE (sets
+# addr_a, addr_b and bigtcp_links, or skip) and teardown_pods; results land in
+# result[MODE,SIZE,gbps|p50|p99|ptb] and ran.
 pp_port=5202
 pp_cpu=$(($(nproc) - 1)) # both ends of the ping-pong
 

@@ -2,7 +2,7 @@
 # Sourced by the translator benchmarks with a client, a gateway and a server
 # namespace (tests/bench/nat64-stateful, tests/bench/nat46-gateway); not a
 # benchmark itself. Expects: client_ns, server_ns, gw (namespaces), work,
-# bin, secs, reps, V6NODE_PIN_DIR, V6NODE_STATE_DIR, `at`, and scripts/lib.sh.
+# bin, secs, reps, V6NODE_PIN_DIR, V6NODE_STATE_DIR, and tests/netns/lib.bash.
 # Sets result[MODE,tx|rx|pps|cps] (medians) through `measure`.
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 stop() { kill "${!1}"; wait "${!1}" 2>/dev/null || true; printf -v "$1" ''; }
@@ -58,7 +58,7 @@ ready() {
 }
 agent_gone() {
     stop agent
-    nsenter --net="/run/netns/$gw" "$bin" detach --force >/dev/null
+    at "$gw" "$bin" detach --force >/dev/null
     rm -rf "$V6NODE_PIN_DIR"
 }
 

@@ -8,37 +8,36 @@
 set -uo pipefail
 ns=$1
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib.sh"
-at() { nsenter --net="/run/netns/$ns" "$@"; }
+. "$here/../netns/lib.bash"
 
 # TCG boots take about a minute; give it several.
 for _ in $(seq 300); do
-    at ping -q -c 1 -W 1 64:ff9b::c000:201 >/dev/null 2>&1 && break
+    at "$ns" ping -q -c 1 -W 1 64:ff9b::c000:201 >/dev/null 2>&1 && break
     sleep 1
 done
 www=$(mktemp -d)
-trap 'kill $server 2>/dev/null; rm -rf "$www"' EXIT
+cleanup_paths+=("$www")
+cleanup_trap
 echo "served over IPv6" >"$www/hello"
-# nsenter execs python: $! is the server itself, which the trap must kill.
+# nsenter execs python: the job is the server itself, which the exit trap kills.
 nsenter --net="/run/netns/$ns" python3 -m http.server 8081 --bind fd00:8::1 --directory "$www" >/dev/null 2>&1 &
-server=$!
 sleep 1
 
-pass_if "host: ping fd00:8::1 -> 64:ff9b::192.0.2.1 through the guest" at ping -q -c 3 -i 0.3 -W 2 64:ff9b::c000:201
-pass_if "host: ping 192.0.2.1 -> 198.51.100.6 (fd00:8::1) through the guest" at ping -q -c 3 -i 0.3 -W 2 198.51.100.6
+pass_if "host: ping fd00:8::1 -> 64:ff9b::192.0.2.1 through the guest" at "$ns" ping -q -c 3 -i 0.3 -W 2 64:ff9b::c000:201
+pass_if "host: ping 192.0.2.1 -> 198.51.100.6 (fd00:8::1) through the guest" at "$ns" ping -q -c 3 -i 0.3 -W 2 198.51.100.6
 pass_if "host: the guest's DNS64 answers 64:ff9b::192.0.2.1 for an A-only name" \
-    test "$(at dig +short +time=3 +tries=3 AAAA ipv4only.test @fd00:8::2)" = 64:ff9b::c000:201
+    test "$(at "$ns" dig +short +time=3 +tries=3 AAAA ipv4only.test @fd00:8::2)" = 64:ff9b::c000:201
 pass_if "host: HTTP by name from the IPv6 side to the IPv4 server (TCP 6 -> 4)" \
     test "$(ip netns exec "$ns" curl -sf --max-time 10 http://ipv4only.test:8080/hello)" = "served over IPv4"
 pass_if "host: HTTP from the IPv4 side to 198.51.100.6 (TCP 4 -> 6)" \
-    test "$(at curl -sf --max-time 10 http://198.51.100.6:8081/hello)" = "served over IPv6"
+    test "$(at "$ns" curl -sf --max-time 10 http://198.51.100.6:8081/hello)" = "served over IPv6"
 
 # fd00:8::100 has no mapping: the guest's stateful NAT64 lends it 203.0.113.1.
 pass_if "host: ping from fd00:8::100 (no EAM) -> 64:ff9b::192.0.2.1 through the guest's pool" \
-    at ping -q -c 3 -i 0.3 -W 2 -I fd00:8::100 64:ff9b::c000:201
+    at "$ns" ping -q -c 3 -i 0.3 -W 2 -I fd00:8::100 64:ff9b::c000:201
 seen_by_ipv4_server() {
     local seen
-    seen=$(at python3 -c '
+    seen=$(at "$ns" python3 -c '
 import socket
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -49,7 +48,7 @@ conn, peer = server.accept()
 conn.sendall(("%s %d" % peer).encode())
 conn.close()' &
         sleep 0.5
-        at python3 -c '
+        at "$ns" python3 -c '
 import socket
 s = socket.socket(socket.AF_INET6)
 s.bind(("fd00:8::100", 0))

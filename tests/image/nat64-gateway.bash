@@ -18,6 +18,7 @@
 # must run to reach the taps; node 0's is $gateway_tap) and starts the agent,
 # unbound, dnsmasq and an HTTP server; nat64_gateway_down undoes it.
 # gateway_agent runs the gateway's agent CLI (status --json, ...).
+. "$(dirname "${BASH_SOURCE[0]}")/../netns/lib.bash"
 gateway_node_address=fd00:9::2
 gateway_address=fd00:9::1
 gateway_pod_prefix=fd00:10:244:7::/64
@@ -28,8 +29,8 @@ gateway_ipv4_host=192.0.2.1
 gateway_tap=gwtap0
 gateway_pids=()
 
-gateway_at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
-gateway_agent() { gateway_at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@"; }
+gateway_at() { at "$@"; } # tests/e2e/kubeadm-join's name for it
+gateway_agent() { at "$gw_ns" env "${gateway_env[@]}" "$gateway_bin" "$@"; }
 
 # The gateway's namespaces and its agent's pins, state and config for ID and
 # the directory OUT: what nat64_gateway_down needs, from another process too.
@@ -42,28 +43,20 @@ nat64_gateway_up() {
     local id=$1 out=$2 nodes=${3:-1} i
     gateway_names "$id" "$out"
     gateway_bin=$("$V6NODE_TOP/scripts/build-dataplane") || return 1
-    mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-    for ns in "$gw_ns" "$v4_ns"; do
-        ip netns add "$ns" || return 1
-        gateway_at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0 \
-            net.ipv6.conf.default.autoconf=0
-        ip -n "$ns" link set lo up
-    done
+    bpffs
+    namespaces "$gw_ns" "$v4_ns" || return 1
+    for ns in "$gw_ns" "$v4_ns"; do at "$ns" sysctl -qw net.ipv6.conf.default.autoconf=0; done
     ip -n "$gw_ns" link add gwbr type bridge
     for ((i = 0; i < nodes; i++)); do
         ip -n "$gw_ns" tuntap add dev "gwtap$i" mode tap
         ip -n "$gw_ns" link set "gwtap$i" master gwbr up
     done
-    ip -n "$gw_ns" link add gw4 type veth peer name eth0 netns "$v4_ns"
     ip -n "$gw_ns" address add "$gateway_address/64" dev gwbr
-    ip -n "$gw_ns" address add 192.0.2.254/24 dev gw4
-    ip -n "$v4_ns" address add "$gateway_ipv4_host/24" dev eth0
     ip -n "$gw_ns" link set gwbr up
-    ip -n "$gw_ns" link set gw4 up
-    ip -n "$v4_ns" link set eth0 up
+    veth "$gw_ns gw4 192.0.2.254/24" "$v4_ns eth0 $gateway_ipv4_host/24"
     ip -n "$gw_ns" route add "$gateway_pod_prefix" via "$gateway_node_address"
     ip -n "$v4_ns" route add default via 192.0.2.254
-    gateway_at "$gw_ns" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
+    at "$gw_ns" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
 
     mkdir -p "$out/gateway-root/usr/lib/v6node" "$out/www"
     cat >"$out/gateway-root/usr/lib/v6node/dataplane.toml" <<TOML
@@ -81,8 +74,8 @@ pool = ["$gateway_pool"]
 sources = [$gateway_pool_sources]
 TOML
     # With the unit's capability set, as the namespace tests run the agent.
-    local top=$V6NODE_TOP V6NODE_DATAPLANE=$gateway_bin bin caps
-    . "$V6NODE_TOP/tests/netns/agent.bash"
+    local caps
+    caps=$(unit_caps v6node-dataplane.service) || return 1
     # nsenter execs each program: $! is the process itself.
     nsenter --net="/run/netns/$gw_ns" env "${gateway_env[@]}" \
         setpriv --bounding-set="-all,$caps" --inh-caps=-all "$gateway_bin" run >"$out/gateway-agent.log" 2>&1 &

@@ -16,40 +16,31 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/bgp.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
 command -v bird >/dev/null || { echo "Bail out! bird2 is not installed (scripts/setup-host)"; exit 1; }
 
-id=v6g$$
+sandbox v6g
 gw_ns=$id-rt
 gateway_pod_prefix=fd00:10:244::/56
 . "$top/tests/e2e/control-plane.bash"
-work=$(mktemp -d)
 declare -A agent_pid=() bird_pid=() ns_of=([a]=$id-a [b]=$id-b) address_of=([a]=fd00:9::a [b]=fd00:19::b)
 declare -A asn_of=([a]=64601 [b]=64602) router_side=([a]=fd00:9::1 [b]=fd00:19::1)
 router_bird=
-
+cleanup_netns+=("${ns_of[@]}" "$gw_ns")
+cleanup_paths+=("/sys/fs/bpf/$id-a" "/sys/fs/bpf/$id-b")
 cleanup() {
     ((tap_failed == 0)) || for n in a b; do tail -n 20 "$work/agent-$n.log" | sed "s/^/# agent $n: /"; done
-    for pid in "${agent_pid[@]}" "${bird_pid[@]}" $router_bird; do kill -9 "$pid" 2>/dev/null; done
+    # Disowned, so not among the jobs the exit trap kills.
+    for pid in "${bird_pid[@]}" $router_bird; do kill -9 "$pid" 2>/dev/null; done
     control_plane_down
-    wait 2>/dev/null
-    for n in a b; do
-        V6NODE_PIN_DIR=/sys/fs/bpf/$id-$n nsenter --net="/run/netns/${ns_of[$n]}" "$bin" detach --force >/dev/null 2>&1
-        rm -rf "/sys/fs/bpf/$id-$n"
-    done
-    for ns in "${ns_of[@]}" "$gw_ns"; do ip netns del "$ns" 2>/dev/null; done
-    rm -rf "$work"
+    for n in a b; do V6NODE_PIN_DIR=/sys/fs/bpf/$id-$n at "${ns_of[$n]}" "$bin" detach --force >/dev/null 2>&1; done
 }
-trap cleanup EXIT
 
 echo "# building the test control plane (warm Go caches: seconds)"
 "$top/scripts/build-kubernetes" --control-plane >"$work/build.log" 2>&1 ||
     { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
 
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 # Subnet 1 is the bridge with the API server's address, subnet 2 a veth.
 control_plane_wire "${ns_of[@]}"
 ip -n "$gw_ns" link add port-a type veth peer name eth0 netns "${ns_of[a]}"
@@ -64,7 +55,7 @@ for n in a b; do
     ip -n "${ns_of[$n]}" address add "fd00:10:244:$n::5/128" dev lo
 done
 
-in_ns() { local n=$1; shift; nsenter --net="/run/netns/${ns_of[$n]}" "$@"; }
+in_ns() { local n=$1; shift; at "${ns_of[$n]}" "$@"; }
 # The agent's environment for node N: its own pins, state, config and CNI dir.
 node_env() {
     local n=$1

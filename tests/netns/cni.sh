@@ -10,41 +10,21 @@
 # and bad input that must leave no half-made pod.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
 cni_bin=${V6NODE_CNI:-$(dirname "$bin")/v6node-cni}
 [[ -x "$cni_bin" ]] || { echo "Bail out! no plugin binary at $cni_bin (scripts/build-dataplane)"; exit 1; }
 
-id=v6c$$
+sandbox v6c
 node=$id-node remote=$id-remote
-work=$(mktemp -d)
-root=$work/root
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root V6NODE_CNI_CONF_DIR=$work/net.d
+export V6NODE_CNI_CONF_DIR=$work/net.d
 agent_pid=
-pods=()
+cleanup() { in_node "$bin" detach --force >/dev/null 2>&1; }
+in_remote() { at "$remote" "$@"; }
+in_pod() { local pod=$1; shift; at "$id-$pod" "$@"; }
 
-cleanup() {
-    [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
-    wait 2>/dev/null
-    in_node "$bin" detach --force >/dev/null 2>&1
-    for ns in "${pods[@]}" "$node" "$remote"; do ip netns del "$ns" 2>/dev/null; done
-    rm -rf "$V6NODE_PIN_DIR" "$work"
-}
-trap cleanup EXIT
-in_remote() { nsenter --net="/run/netns/$remote" "$@"; }
-in_pod() { local pod=$1; shift; nsenter --net="/run/netns/$id-$pod" "$@"; }
-
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-ip netns add "$node"
-ip netns add "$remote"
-ip -n "$remote" link add remote0 type veth peer name uplink0 netns "$node"
-ip -n "$remote" addr add fd00:6e::1/64 dev remote0 nodad
-ip -n "$node" addr add fd00:6e::2/64 dev uplink0 nodad
-for ns in "$node" "$remote"; do ip -n "$ns" link set lo up; done
-ip -n "$remote" link set remote0 up
-ip -n "$node" link set uplink0 up
+namespaces --dad "$node" "$remote"
+veth "$remote remote0 fd00:6e::1/64" "$node uplink0 fd00:6e::2/64"
 ip -n "$remote" route add fd00:10:244:1::/64 via fd00:6e::2
 in_node sysctl -qw net.ipv6.conf.all.forwarding=1
 
@@ -91,7 +71,7 @@ cni() {
         CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=$pod" \
         "$cni_bin" <<<"$conf"
 }
-new_pod() { ip netns add "$id-$1" && ip -n "$id-$1" link set lo up && pods+=("$id-$1"); }
+new_pod() { namespaces --dad "$id-$1"; }
 addr_of() { jq -r '.ips[0].address | sub("/128$"; "")' "$work/$1.json"; }
 allocations() { find "$work/ipam/v6node" -maxdepth 1 -name 'fd00*' | wc -l; }
 
@@ -114,7 +94,6 @@ pass_if "the address is on eth0 inside pod a" bash -c "ip -n $id-a -6 addr show 
 pass_if "pod a has a default route and no IPv4" bash -c "ip -n $id-a -6 route show default | grep -q 'via fe80::1 dev eth0' && [[ -z \$(ip -n $id-a -4 addr show dev eth0) ]]"
 pass_if "the allocations persist under the data directory" test "$(allocations)" = 2
 
-status_json() { in_node "$bin" status --json; }
 status_has() { status_json | jq -e "$1"; }
 pass_if "status lists both endpoints: pod, device, address, mode veth (no netkit here)" \
     status_has "[.pods.endpoints[] | select(.device == \"veth\" and (.pod == \"default/a\" or .pod == \"default/b\") and (.host_device | startswith(\"v6n\")))] | length == 2"

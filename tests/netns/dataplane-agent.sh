@@ -9,43 +9,17 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/dataplane-agent.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
 
-
-id=v6t$$
+sandbox v6t
 peer=$id-peer node=$id-node
-work=$(mktemp -d)
-root=$work/root
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
 agent_pid= listener_pid=
+cleanup() { in_node "$bin" detach --force >/dev/null 2>&1; }
+in_peer() { at "$peer" "$@"; }
 
-cleanup() {
-    [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
-    [[ -z "$listener_pid" ]] || kill "$listener_pid" 2>/dev/null
-    wait 2>/dev/null
-    in_node "$bin" detach --force >/dev/null 2>&1
-    ip netns del "$peer" 2>/dev/null
-    ip netns del "$node" 2>/dev/null
-    rm -rf "$V6NODE_PIN_DIR" "$work"
-}
-trap cleanup EXIT
-
-# nsenter, not "ip netns exec": the latter remounts /sys and would hide the
-# host's bpffs, where the pins live.
-in_peer() { nsenter --net="/run/netns/$peer" "$@"; }
-
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-ip netns add "$peer"
-ip netns add "$node"
-ip -n "$peer" link add peer0 type veth peer name node0 netns "$node"
-ip -n "$peer" addr add fd00:6e::1/64 dev peer0 nodad
-ip -n "$node" addr add fd00:6e::2/64 dev node0 nodad
-for ns in "$peer" "$node"; do ip -n "$ns" link set lo up; done
-ip -n "$peer" link set peer0 up
-ip -n "$node" link set node0 up
+namespaces --dad "$peer" "$node"
+veth "$peer peer0 fd00:6e::1/64" "$node node0 fd00:6e::2/64"
 
 mkdir -p "$root/usr/lib/v6node" "$root/etc/v6node/dataplane.d"
 cat >"$root/usr/lib/v6node/dataplane.toml" <<'EOF'
@@ -80,8 +54,6 @@ agent_start() {
 }
 agent_kill9() { kill -9 "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=; kill "$listener_pid"; wait "$listener_pid" 2>/dev/null; listener_pid=; }
 agent_stop() { kill -TERM "$agent_pid"; wait "$agent_pid"; local rc=$?; agent_pid=; kill "$listener_pid"; wait "$listener_pid" 2>/dev/null; listener_pid=; return $rc; }
-status_json() { in_node "$bin" status --json; }
-jq_status() { status_json | jq -r "$@"; }
 counter() { # counter DIRECTION REASON: packets counted on node0
     status_json | jq -r --arg d "$1" --arg r "$2" \
         '[.counters[] | select(.device == "node0" and .direction == $d and .reason == $r) | .packets] | add // 0'

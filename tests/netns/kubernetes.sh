@@ -16,39 +16,29 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/kubernetes.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
 
-id=v6k$$
+sandbox v6k
 gw_ns=$id-cp node=$id-a peer=$id-b
 gateway_pod_prefix=fd00:10:244::/56
 . "$top/tests/e2e/control-plane.bash"
-work=$(mktemp -d)
-root=$work/root
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root V6NODE_CNI_CONF_DIR=$work/cni
+export V6NODE_CNI_CONF_DIR=$work/cni
 agent_pid=
-
+cleanup_netns+=("$node" "$peer" "$gw_ns")
 cleanup() {
     # What the agent said, when something failed.
     ((tap_failed == 0)) || tail -n 40 "$work/agent.log" | sed 's/^/# agent: /'
-    [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
     control_plane_down
-    wait 2>/dev/null
-    nsenter --net="/run/netns/$node" "$bin" detach --force >/dev/null 2>&1
-    for ns in "$node" "$peer" "$gw_ns"; do ip netns del "$ns" 2>/dev/null; done
-    rm -rf "$V6NODE_PIN_DIR" "$work"
+    in_node "$bin" detach --force >/dev/null 2>&1
 }
-trap cleanup EXIT
 
 echo "# building the test control plane (warm Go caches: seconds)"
 "$top/scripts/build-kubernetes" --control-plane >"$work/build.log" 2>&1 ||
     { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
 
-in_peer() { nsenter --net="/run/netns/$peer" "$@"; }
+in_peer() { at "$peer" "$@"; }
 
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 control_plane_wire "$node" "$peer"
 wire_node "$node" fd00:9::a
 wire_node "$peer" fd00:9::b

@@ -23,70 +23,34 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat46-gateway.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
+need jq python3
 
-for tool in jq python3; do
-    command -v "$tool" >/dev/null || { echo "Bail out! $tool missing (scripts/setup-host)"; exit 1; }
-done
-
-id=v6g$$
+sandbox v6g
 node=$id-gw c4=$id-c4 r4=$id-r4 c5=$id-c5
 backends=("$id-b1" "$id-b2" "$id-b3")
-work=$(mktemp -d)
-root=$work/root
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
 flows="python3 $here/nat46-flows.py"
-pids=()
+cleanup() { in_node "$bin" detach --force >/dev/null 2>&1; }
 
-cleanup() {
-    for pid in "${pids[@]}" ${agent_pid:-}; do kill "$pid" 2>/dev/null; done
-    wait 2>/dev/null
-    in_node "$bin" detach --force >/dev/null 2>&1
-    for ns in "$node" "$c4" "$r4" "$c5" "${backends[@]}"; do ip netns del "$ns" 2>/dev/null; done
-    rm -rf "$V6NODE_PIN_DIR" "$work"
-}
-trap cleanup EXIT
-at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
-
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-for ns in "$node" "$c4" "$r4" "$c5" "${backends[@]}"; do
-    ip netns add "$ns"
-    at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
-    ip -n "$ns" link set lo up
-done
-ip -n "$c4" link add c0 type veth peer name gw4 netns "$node"
-ip -n "$c4" addr add 192.0.2.2/24 dev c0
-ip -n "$node" addr add 192.0.2.1/24 dev gw4
-ip -n "$c4" link set c0 up
-ip -n "$node" link set gw4 up
+namespaces "$node" "$c4" "$r4" "$c5" "${backends[@]}"
+veth "$c4 c0 192.0.2.2/24" "$node gw4 192.0.2.1/24"
 ip -n "$c4" route add 198.51.100.0/24 via 192.0.2.1
 # c5 announces an MSS for its own 1500-byte link; the path is narrower.
-ip -n "$r4" link add r0 type veth peer name gw5 netns "$node"
-ip -n "$r4" link add r1 mtu 1400 type veth peer name c0 netns "$c5"
-ip -n "$node" addr add 192.0.3.1/24 dev gw5
-ip -n "$r4" addr add 192.0.3.2/24 dev r0
-ip -n "$r4" addr add 192.0.4.1/24 dev r1
-ip -n "$c5" addr add 192.0.4.2/24 dev c0
-for link in "$node gw5" "$r4 r0" "$r4 r1" "$c5 c0"; do ip -n ${link% *} link set ${link#* } up; done
+veth "$r4 r0 192.0.3.2/24" "$node gw5 192.0.3.1/24"
+veth "$r4 r1 192.0.4.1/24" "$c5 c0 192.0.4.2/24"
+ip -n "$r4" link set r1 mtu 1400
 ip -n "$node" route add 192.0.4.0/24 via 192.0.3.2
 ip -n "$r4" route add 198.51.100.0/24 via 192.0.3.1
 ip -n "$c5" route add default via 192.0.4.1
 at "$r4" sysctl -qw net.ipv4.ip_forward=1
 for i in 1 2 3; do
     b=${backends[i - 1]}
-    ip -n "$b" link add b0 type veth peer name "gw-b$i" netns "$node"
-    ip -n "$b" addr add "2001:db8:6:$i::2/64" dev b0
-    ip -n "$node" addr add "2001:db8:6:$i::1/64" dev "gw-b$i"
-    ip -n "$b" link set b0 up
-    ip -n "$node" link set "gw-b$i" up
+    veth "$b b0 2001:db8:6:$i::2/64" "$node gw-b$i 2001:db8:6:$i::1/64"
     ip -n "$b" route add 2001:db8:46::/96 via "2001:db8:6:$i::1"
     nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" udp-server "2001:db8:6:$i::2" 5353 "b$i" "$work/errors-b$i" &
-    pids+=($!) udp_server[i]=$!
+    udp_server[i]=$!
     nsenter --net="/run/netns/$b" python3 "$here/nat46-flows.py" tcp-server "2001:db8:6:$i::2" 8080 "b$i" &
-    pids+=($!)
 done
 at "$node" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
 for b in "${backends[@]}"; do wait_for "$b's servers" bound "$b" udp 5353 && wait_for "$b's servers" bound "$b" tcp 8080; done
@@ -142,7 +106,6 @@ within5() {
 
 # --- TCP through the VIP, held across what follows ---------------------------------
 nsenter --net="/run/netns/$c4" python3 "$here/nat46-flows.py" tcp-hold 198.51.100.80 80 60 "$work/go" "$work/tcp" &
-pids+=($!)
 pass_if "60 TCP connections to 198.51.100.80:80, each answered by a backend" retry 30 grep -qx 'open 60' "$work/tcp"
 pass_if "...spread over all three backends" test "$(sort -u "$work/tcp.names" | paste -sd' ')" = "b1 b2 b3"
 

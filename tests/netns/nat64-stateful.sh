@@ -20,64 +20,28 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat64-stateful.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
+need jq python3 ss
 
-for tool in jq python3 ss; do
-    command -v "$tool" >/dev/null || { echo "Bail out! $tool missing (scripts/setup-host)"; exit 1; }
-done
-
-id=v6s$$
+sandbox v6s
 node=$id-gw s4=$id-s4 r6=$id-r6 c4=$id-c4
 clients=("$id-c1" "$id-c2" "$id-c3")
-work=$(mktemp -d)
-root=$work/root
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
 flows="python3 $here/nat64-flows.py"
-pids=()
+cleanup() { in_node "$bin" detach --force >/dev/null 2>&1; }
 
-cleanup() {
-    for pid in "${pids[@]}" ${agent_pid:-}; do kill "$pid" 2>/dev/null; done
-    wait 2>/dev/null
-    in_node "$bin" detach --force >/dev/null 2>&1
-    for ns in "$node" "$s4" "$r6" "$c4" "${clients[@]}"; do ip netns del "$ns" 2>/dev/null; done
-    rm -rf "$V6NODE_PIN_DIR" "$work"
-}
-trap cleanup EXIT
-at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
-
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 ulimit -n "$(ulimit -Hn)" # the server holds 1,300 connections
-for ns in "$node" "$s4" "$r6" "$c4" "${clients[@]}"; do
-    ip netns add "$ns"
-    at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
-    ip -n "$ns" link set lo up
-done
+namespaces "$node" "$s4" "$r6" "$c4" "${clients[@]}"
 for i in 1 2 3; do
-    c=${clients[i - 1]}
-    ip -n "$c" link add c0 type veth peer name "gw-c$i" netns "$node"
-    ip -n "$c" addr add "2001:db8:6:$i::2/64" dev c0
-    ip -n "$node" addr add "2001:db8:6:$i::1/64" dev "gw-c$i"
-    ip -n "$c" link set c0 up
-    ip -n "$node" link set "gw-c$i" up
-    ip -n "$c" route add default via "2001:db8:6:$i::1"
+    veth "${clients[i - 1]} c0 2001:db8:6:$i::2/64" "$node gw-c$i 2001:db8:6:$i::1/64"
+    ip -n "${clients[i - 1]}" route add default via "2001:db8:6:$i::1"
 done
-ip -n "$node" link add gw4 type veth peer name s0 netns "$s4"
-ip -n "$node" addr add 192.0.2.1/24 dev gw4
-ip -n "$s4" addr add 192.0.2.2/24 dev s0
-ip -n "$node" link set gw4 up
-ip -n "$s4" link set s0 up
+veth "$node gw4 192.0.2.1/24" "$s4 s0 192.0.2.2/24"
 ip -n "$s4" route add 203.0.113.0/24 via 192.0.2.1
 # c4 announces an MSS for its own 1500-byte link; the path is narrower.
-ip -n "$r6" link add r0 type veth peer name gw-r netns "$node"
-ip -n "$r6" link add r1 mtu 1400 type veth peer name c0 netns "$c4"
-ip -n "$node" addr add 2001:db8:7:4::1/64 dev gw-r
-ip -n "$r6" addr add 2001:db8:7:4::2/64 dev r0
-ip -n "$r6" addr add 2001:db8:6:5::1/64 dev r1
-ip -n "$c4" addr add 2001:db8:6:5::2/64 dev c0
-for link in "$node gw-r" "$r6 r0" "$r6 r1" "$c4 c0"; do ip -n ${link% *} link set ${link#* } up; done
+veth "$r6 r0 2001:db8:7:4::2/64" "$node gw-r 2001:db8:7:4::1/64"
+veth "$r6 r1 2001:db8:6:5::1/64" "$c4 c0 2001:db8:6:5::2/64"
+ip -n "$r6" link set r1 mtu 1400
 ip -n "$node" route add 2001:db8:6:5::/64 via 2001:db8:7:4::2
 ip -n "$r6" route add default via 2001:db8:7:4::1
 ip -n "$c4" route add default via 2001:db8:6:5::1
@@ -115,12 +79,10 @@ pass_if "ping c2 and c3 at once (one echo identifier each)" bash -c "
 
 # --- 1,200 TCP connections, and an agent restart under them ------------------------
 nsenter --net="/run/netns/$s4" python3 "$here/nat64-flows.py" tcp-server 192.0.2.2 7000 "$work/peers" &
-pids+=($!)
 wait_for "the TCP server" bound "$s4" tcp 7000
 for i in 1 2 3; do
     nsenter --net="/run/netns/${clients[i - 1]}" python3 "$here/nat64-flows.py" \
         tcp-clients "$server" 7000 400 "$work/go" "$work/tcp-$i" &
-    pids+=($!)
 done
 opened() { for i in 1 2 3; do grep -qx 'open 400' "$work/tcp-$i" 2>/dev/null || return 1; done; }
 pass_if "three clients open 400 connections each, each echoing" retry 120 opened
@@ -138,14 +100,12 @@ alive() { for i in 1 2 3; do grep -qx 'open 400 alive 400' "$work/tcp-$i" 2>/dev
 pass_if "every one of the 1,200 connections still echoes after the restart" retry 120 alive
 nsenter --net="/run/netns/${clients[0]}" python3 "$here/nat64-flows.py" \
     tcp-clients "$server" 7000 100 "$work/go" "$work/tcp-new" &
-pids+=($!)
 pass_if "100 new connections after the restart" retry 120 grep -qx 'open 100 alive 100' "$work/tcp-new"
 pass_if "...on ports no earlier connection holds (1,300 distinct)" \
     test "$(awk '{print $2}' "$work/peers" | sort -u | wc -l) $(wc -l <"$work/peers")" = "1300 1300"
 
 # --- UDP: a range of 100, exhausted on purpose --------------------------------------
 nsenter --net="/run/netns/$s4" python3 "$here/nat64-flows.py" udp-server 192.0.2.2 7001 &
-pids+=($!)
 wait_for "the UDP server" bound "$s4" udp 7001
 counter() { jq_status --arg d "$1" --arg r "$2" '[.counters[] | select(.direction == $d and .reason == $r) | .packets] | add // 0'; }
 before=$(counter 6to4 nat64_pool_exhausted)

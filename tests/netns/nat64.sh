@@ -17,56 +17,21 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat64.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
+need unbound dig dnsmasq iperf3 curl jq python3
 
-for tool in unbound dig dnsmasq iperf3 curl jq python3; do
-    command -v "$tool" >/dev/null || { echo "Bail out! $tool missing (scripts/setup-host)"; exit 1; }
-done
-
-id=v6n$$
+sandbox v6n
 v6=$id-v6 gw=$id-gw r4=$id-r4 v4=$id-v4
-work=$(mktemp -d)
-root=$work/root
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root
-pids=()
+cleanup_paths+=("/etc/netns/$v6")
+cleanup() { at "$gw" "$bin" detach --force >/dev/null 2>&1; }
 
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-    wait 2>/dev/null
-    at "$gw" "$bin" detach --force >/dev/null 2>&1
-    for ns in "$v6" "$gw" "$r4" "$v4"; do ip netns del "$ns" 2>/dev/null; done
-    rm -rf "$V6NODE_PIN_DIR" "$work" "/etc/netns/$v6"
-}
-trap cleanup EXIT
-
-# nsenter, not "ip netns exec" (which remounts /sys, hiding the bpffs) except
-# where a namespace's own /etc/resolv.conf is wanted.
-at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
-
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-for ns in "$v6" "$gw" "$r4" "$v4"; do
-    ip netns add "$ns"
-    at "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
-    ip -n "$ns" link set lo up
-done
-ip -n "$v6" link add v6h0 type veth peer name gw6 netns "$gw"
-ip -n "$gw" link add gw4 type veth peer name r4a netns "$r4"
-ip -n "$r4" link add r4b type veth peer name v4h0 netns "$v4"
-ip -n "$v6" addr add 2001:db8:6::2/64 dev v6h0
-ip -n "$gw" addr add 2001:db8:6::1/64 dev gw6
-ip -n "$gw" addr add 192.0.2.1/24 dev gw4
-ip -n "$r4" addr add 192.0.2.2/24 dev r4a
-ip -n "$r4" addr add 203.0.113.1/24 dev r4b
-ip -n "$v4" addr add 203.0.113.2/24 dev v4h0
+namespaces "$v6" "$gw" "$r4" "$v4"
+veth "$v6 v6h0 2001:db8:6::2/64" "$gw gw6 2001:db8:6::1/64"
+veth "$gw gw4 192.0.2.1/24" "$r4 r4a 192.0.2.2/24"
+veth "$r4 r4b 203.0.113.1/24" "$v4 v4h0 203.0.113.2/24"
 ip -n "$r4" link set r4b mtu 1400
 ip -n "$v4" link set v4h0 mtu 1400
-for pair in "$v6 v6h0" "$gw gw6" "$gw gw4" "$r4 r4a" "$r4 r4b" "$v4 v4h0"; do
-    read -r ns dev <<<"$pair"
-    ip -n "$ns" link set "$dev" up
-done
 ip -n "$v6" route add default via 2001:db8:6::1
 ip -n "$gw" route add 203.0.113.0/24 via 192.0.2.2
 ip -n "$r4" route add 198.51.100.0/24 via 192.0.2.1
@@ -96,7 +61,6 @@ jq_status() { status_json | jq -r "$@"; }
 # the process, not a subshell running a function, or kill would miss it.
 nsenter --net="/run/netns/$gw" setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >"$work/agent.log" 2>&1 &
 agent=$!
-pids+=($agent)
 ready() { for _ in $(seq 200); do [[ -n "$(state '.ready_after_ms // empty')" ]] && return 0; sleep 0.05; done; return 1; }
 pass_if "agent with [nat64] becomes ready" ready
 pass_if "status: the translator is attached to gw6, gw4 and its fragmentation link, after the host programs" \
@@ -111,9 +75,7 @@ pass_if "ping IPv6-only -> IPv4-only through the translator" at "$v6" ping -q -c
 pass_if "ping IPv4-only -> IPv6-only (198.51.100.6)" at "$v4" ping -q -c 3 -i 0.2 -W 2 198.51.100.6
 
 nsenter --net="/run/netns/$v4" iperf3 -s -B 203.0.113.2 >"$work/iperf-v4.log" 2>&1 &
-pids+=($!)
 nsenter --net="/run/netns/$v6" iperf3 -s -B 2001:db8:6::2 >"$work/iperf-v6.log" 2>&1 &
-pids+=($!)
 wait_for "iperf3 servers" bound "$v4" tcp 5201 && wait_for "iperf3 servers" bound "$v6" tcp 5201
 received() { jq -e '.end.sum_received.bytes > 1000000' >/dev/null; }
 tcp_v6_to_v4() { at "$v6" iperf3 -c "$server4" -t 2 -J | received; }
@@ -213,7 +175,6 @@ pass_if "3000-byte UDP datagram IPv4 -> IPv6, in fragments, arrives whole" fragm
 nsenter --net="/run/netns/$v4" dnsmasq --conf-file=/dev/null --keep-in-foreground --log-facility=- --pid-file= \
     --listen-address=203.0.113.2 --bind-interfaces --no-resolv --no-hosts \
     --local=/test/ --host-record=ipv4only.test,203.0.113.2 >"$work/dnsmasq.log" 2>&1 &
-pids+=($!)
 cat >"$work/unbound.conf" <<CONF
 server:
     interface: 2001:db8:6::1
@@ -235,13 +196,11 @@ forward-zone:
 CONF
 pass_if "the agent wrote unbound's DNS64 prefix" grep -qx '    dns64-prefix: 64:ff9b::/96' "$V6NODE_STATE_DIR/dns64.conf"
 nsenter --net="/run/netns/$gw" unbound -d -c "$work/unbound.conf" >"$work/unbound.log" 2>&1 &
-pids+=($!)
 wait_for "dnsmasq" bound "$v4" udp 53 && wait_for "unbound" bound "$gw" udp 53
 mkdir -p "/etc/netns/$v6"
 echo "nameserver 2001:db8:6::1" >"/etc/netns/$v6/resolv.conf"
 mkdir -p "$work/www" && echo "served over IPv4" >"$work/www/hello"
 nsenter --net="/run/netns/$v4" python3 -m http.server 8080 --bind 203.0.113.2 --directory "$work/www" >"$work/http.log" 2>&1 &
-pids+=($!)
 wait_for "the HTTP server" bound "$v4" tcp 8080
 dns64() {
     local answer

@@ -19,38 +19,28 @@
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/services.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-. "$top/scripts/lib.sh"
-. "$top/tests/lib.sh"
-. "$here/agent.bash"
+. "$here/lib.bash"
+use_agent
 
-id=v6s$$
+sandbox v6s
 gw_ns=$id-cp node=$id-a
 gateway_pod_prefix=fd00:10:244::/56
 pods=(pod-1 pod-2 pod-c)
 declare -A pod_ip=([pod-1]=fd00:10:244:a::11 [pod-2]=fd00:10:244:a::12 [pod-c]=fd00:10:244:a::20)
 . "$top/tests/e2e/control-plane.bash"
-work=$(mktemp -d)
-root=$work/root
 cgroup2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 cg=$cgroup2/$id
-export V6NODE_PIN_DIR=/sys/fs/bpf/$id V6NODE_STATE_DIR=$work/state V6NODE_CONFIG_ROOT=$root V6NODE_CNI_CONF_DIR=$work/cni
+export V6NODE_CNI_CONF_DIR=$work/cni
 agent_pid=
 vip=fd00:10:96::80
 kube_vip=fd00:10:96::1
-
+cleanup_netns+=("$node" "$gw_ns" "${pods[@]/#/$id-}")
 cleanup() {
     ((tap_failed == 0)) || tail -n 40 "$work/agent.log" | sed 's/^/# agent: /'
-    [[ -z "$agent_pid" ]] || kill -9 "$agent_pid" 2>/dev/null
-    jobs -p | xargs -r kill 2>/dev/null
     control_plane_down
-    wait 2>/dev/null
-    nsenter --net="/run/netns/$node" "$bin" detach --force >/dev/null 2>&1
-    for ns in "$node" "$gw_ns" "${pods[@]/#/$id-}"; do ip netns del "$ns" 2>/dev/null; done
+    in_node "$bin" detach --force >/dev/null 2>&1
     rmdir "$cg" 2>/dev/null
-    rm -rf "$V6NODE_PIN_DIR" "$work"
 }
-trap cleanup EXIT
 
 [[ -n "$cgroup2" ]] || { echo "1..0 # SKIP no cgroup v2 hierarchy mounted"; exit 0; }
 echo "# building the test control plane (warm Go caches: seconds)"
@@ -66,18 +56,13 @@ in_cgroup() {
 }
 from_pod() { in_cgroup "$id-pod-c" "$@"; }
 
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mkdir -p "$cg"
 control_plane_wire "$node" "${pods[@]/#/$id-}"
 wire_node "$node" fd00:9::a
 ip -n "$gw_ns" route add fd00:10:244:a::/64 via fd00:9::a
 for pod in "${pods[@]}"; do
-    ip -n "$node" link add "$pod" type veth peer name eth0 netns "$id-$pod"
-    ip -n "$node" address add fe80::1/64 dev "$pod" nodad
-    ip -n "$node" link set "$pod" up
+    veth "$node $pod fe80::1/64" "$id-$pod eth0 ${pod_ip[$pod]}/128"
     ip -n "$node" route add "${pod_ip[$pod]}/128" dev "$pod"
-    ip -n "$id-$pod" address add "${pod_ip[$pod]}/128" dev eth0 nodad
-    ip -n "$id-$pod" link set eth0 up
     ip -n "$id-$pod" route add default via fe80::1 dev eth0
 done
 
@@ -369,7 +354,7 @@ pass_if "counted as service_without_backend" refused_counted
 
 # --- hostPorts: a pod made by v6node-cni with the runtime's port mappings ----------
 cni_bin=$(dirname "$bin")/v6node-cni
-ip netns add "$id-pod-h" && ip -n "$id-pod-h" link set lo up && pods+=(pod-h)
+namespaces --dad "$id-pod-h"
 # cni_pod_h COMMAND MAPPINGS: the runtime's call for pod-h, the conflist's
 # plugin with runtimeConfig.portMappings as containerd passes them.
 cni_pod_h() {
