@@ -134,6 +134,31 @@ impl Validator<'_> {
     }
 }
 
+/// A prefix written as its network. `2001:db8::1/32` names none: the error
+/// says which one was meant.
+pub(crate) trait Network: Sized + Copy + PartialEq + std::fmt::Display {
+    fn truncated(&self) -> Self;
+
+    fn exact(self) -> std::result::Result<Self, String> {
+        if self.truncated() != self {
+            return Err(format!("host bits set; did you mean {}?", self.truncated()));
+        }
+        Ok(self)
+    }
+}
+
+impl Network for ipnet::Ipv4Net {
+    fn truncated(&self) -> Self {
+        self.trunc()
+    }
+}
+
+impl Network for ipnet::Ipv6Net {
+    fn truncated(&self) -> Self {
+        self.trunc()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::testutil::bad;

@@ -9,6 +9,7 @@ use serde::Serialize;
 use toml::Table;
 
 use crate::serialize::serialize_displayed;
+use crate::validator::Network;
 use crate::validator::{Result, Validator};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Default)]
@@ -74,10 +75,7 @@ pub(crate) fn deny_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
         return Err(format!("`{s}` would drop every packet"));
     }
     let net = Ipv6Net::new(addr, len).expect("length checked above");
-    if net.trunc() != net {
-        return Err(format!("host bits set; did you mean {}?", net.trunc()));
-    }
-    Ok(net)
+    net.exact()
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use toml::{Table, Value};
 
 use crate::device::DevicePattern;
 use crate::serialize::{serialize_displayed, serialize_one_displayed};
+use crate::validator::Network;
 use crate::validator::{Result, Validator};
 use stateful::Nat64Stateful;
 
@@ -170,10 +171,7 @@ fn nat64_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
             net.prefix_len()
         ));
     }
-    if net.trunc() != net {
-        return Err(format!("host bits set; did you mean {}?", net.trunc()));
-    }
-    Ok(net)
+    net.exact()
 }
 
 fn eam_ipv6(s: &str) -> std::result::Result<Ipv6Net, String> {
@@ -187,10 +185,7 @@ fn eam_ipv6(s: &str) -> std::result::Result<Ipv6Net, String> {
     if net.prefix_len() < 96 {
         return Err(format!("{net} is larger than an IPv4 prefix can match; use /96 or longer"));
     }
-    if net.trunc() != net {
-        return Err(format!("host bits set; did you mean {}?", net.trunc()));
-    }
-    Ok(net)
+    net.exact()
 }
 
 /// Also how `translatable` ranges are written.
@@ -202,10 +197,7 @@ fn eam_ipv4(s: &str) -> std::result::Result<Ipv4Net, String> {
             Err(_) => return Err(format!("`{s}` is not an IPv4 prefix; expected e.g. 198.51.100.0/24")),
         },
     };
-    if net.trunc() != net {
-        return Err(format!("host bits set; did you mean {}?", net.trunc()));
-    }
-    Ok(net)
+    net.exact()
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use ipnet::Ipv6Net;
 use serde::{Serialize, Serializer};
 use toml::{Table, Value};
 
+use crate::validator::Network;
 use crate::validator::{Result, Validator};
 
 /// Reaching peers that are not on-link: BGP announcements of this node's
@@ -192,9 +193,7 @@ fn announcement(s: &str) -> std::result::Result<Announce, String> {
     let net: Ipv6Net = s
         .parse()
         .map_err(|_| format!("`{s}` is neither \"{ANNOUNCE_POD_PREFIXES}\" nor an IPv6 prefix such as \"2001:db8:ff::/64\""))?;
-    if net.trunc() != net {
-        return Err(format!("host bits set; did you mean {}?", net.trunc()));
-    }
+    let net = net.exact()?;
     if net.prefix_len() == 0 {
         return Err("::/0 would announce a default route".into());
     }
