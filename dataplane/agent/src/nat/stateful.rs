@@ -109,7 +109,7 @@ fn pool_key_of_client(value: &CtValue, proto: u8) -> CtKey {
 }
 
 /// Makes the tables hold `[nat64.stateful]` (or nothing, when it is
-/// absent). Runs after `tables::sync_nat64` has written the lifetimes. The
+/// absent). Runs after `translator::sync_nat64` has written the lifetimes. The
 /// free-port queues are refilled only when the pool or a range changed
 /// (by the fingerprint beside them), so a restart or reload keeps every
 /// binding and hands out no port twice.

@@ -77,7 +77,7 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
     let mut value = nat64_config(nat64, nat46);
     value.fragment_mark = fragment_mark;
-    // Not this sync's to change: nat64_state::sync writes it once the queues hold that pool.
+    // Not this sync's to change: stateful::sync writes it once the queues hold that pool.
     value.pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
 
