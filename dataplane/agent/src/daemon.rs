@@ -151,8 +151,9 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut cluster_cost = Duration::ZERO;
     let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
     // What the watch had changed when last looked at, and whether Nodes (or a
-    // connection) changed since the last reconcile: without that, a Service
-    // change re-applies the service tables alone.
+    // connection) changed since the last reconcile: when they did not, the
+    // change was Services or EndpointSlices, and the service tables alone are
+    // applied again.
     let mut cluster_seen = cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default();
     let mut nodes_changed = false;
 
