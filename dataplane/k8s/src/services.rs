@@ -8,8 +8,9 @@
 //! The choices are kube-proxy's: ready endpoints, or while none is ready the
 //! serving and terminating ones; `internalTrafficPolicy: Local` keeps to this
 //! node's endpoints; Services with `service.kubernetes.io/service-proxy-name`
-//! belong to another proxy; headless and ExternalName Services have nothing
-//! to translate.
+//! belong to another proxy, and Services labelled
+//! `service.kubernetes.io/headless` (any value) are left alone as kube-proxy
+//! leaves them; headless and ExternalName Services have nothing to translate.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -24,7 +25,10 @@ pub const BACKENDS_PER_FRONTEND_MAX: usize = v6node_abi::BACKENDS_PER_SERVICE_MA
 /// kube-proxy's default for `sessionAffinityConfig.clientIP.timeoutSeconds`.
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
 
+// Labels whose presence, whatever the value, leaves a Service alone:
+// kube-proxy watches only Services that have neither.
 const SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+const HEADLESS: &str = "service.kubernetes.io/headless";
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 pub use v6node_api::Protocol;
@@ -206,7 +210,7 @@ impl ServicesView {
             let Some(name) = service.metadata.name.clone() else { continue };
             let namespace = service.metadata.namespace.clone().unwrap_or_default();
             let id = format!("{namespace}/{name}");
-            if service.metadata.labels.as_ref().is_some_and(|l| l.contains_key(SERVICE_PROXY_NAME)) {
+            if service.metadata.labels.as_ref().is_some_and(|l| l.contains_key(SERVICE_PROXY_NAME) || l.contains_key(HEADLESS)) {
                 continue;
             }
             let Some(spec) = &service.spec else { continue };

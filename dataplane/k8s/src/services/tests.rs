@@ -175,6 +175,25 @@ fn other_proxies_services_headless_and_external_names_are_left_alone() {
 }
 
 #[test]
+fn services_labelled_headless_are_left_alone_like_kube_proxy_does() {
+    // kube-proxy skips `service.kubernetes.io/headless` whatever its value,
+    // even on a Service with a ClusterIP.
+    let labelled = |name: &str, ip: &str, value: &str| {
+        let mut s = service(name, json!({ "clusterIPs": [ip], "ports": [{ "port": 80 }] }));
+        s.metadata.labels = Some([("service.kubernetes.io/headless".to_string(), value.to_string())].into());
+        s
+    };
+    let empty = labelled("empty", "fd00:96::21", "");
+    let valued = labelled("valued", "fd00:96::22", "true");
+    let plain = service("plain", json!({ "clusterIPs": ["fd00:96::23"], "ports": [{ "port": 80 }] }));
+    let eps = slice("empty", "empty-1", json!([{ "port": 80 }]), &[("fd00:1::1", NODE, true, true, false)]);
+    let view = ServicesView::build(NODE, &[], &[], [&empty, &valued, &plain], [&eps]);
+    let services: Vec<&str> = view.frontends.iter().map(|f| f.service.as_str()).collect();
+    assert_eq!(services, ["default/plain"], "{view:#?}");
+    assert!(view.problems.is_empty(), "{:?}", view.problems);
+}
+
+#[test]
 fn ipv4_cluster_ips_endpoints_and_sctp_are_refused_with_the_reason() {
     let v4 = service("v4", json!({ "clusterIPs": ["10.96.0.10"], "ports": [{ "port": 80 }] }));
     let sctp = service("sctp", json!({ "clusterIPs": ["fd00:96::30"], "ports": [{ "port": 9, "protocol": "SCTP" }] }));
