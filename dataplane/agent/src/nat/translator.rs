@@ -13,11 +13,11 @@ use aya::maps::{
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 use v6node_abi::{maps, EamValue, Lpm4Key, Nat64Config, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT};
-use v6node_config::{Nat46, Nat64, Nat64Filtering};
+use v6node_config::{Eam, Nat46, Nat64, Nat64Filtering};
 
 use crate::{
     bpf, conntrack,
-    sync::{sync_trie, SyncStats},
+    sync::{remove_stale, sync_trie, Prefix, SyncStats},
 };
 
 /// aya's LPM key is `{ u32 prefix_len; K data }`; with K = [u8; 4] it must
@@ -45,15 +45,17 @@ pub struct Nat64Stats {
     pub fragment_mtu: Option<u32>,
 }
 
-/// Fills the translator's tables from `[nat64]`. New and changed mappings go
-/// in first, then the prefix (one atomic element swap), then stale mappings
-/// come out: a mapping present before and after never disappears, so a
-/// reload does not interrupt the traffic it translates.
-pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32) -> Result<Nat64Stats> {
-    let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
-    let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
-    let values: Vec<EamValue> = nat64
-        .eam
+/// Each explicit address mapping as the two EAM tables hold it: one value,
+/// its rule its place in `nat64.eam`, under its IPv6 prefix in one table and
+/// its IPv4 prefix in the other, so that each direction finds it.
+#[derive(Debug, PartialEq)]
+struct EamEntries {
+    by_ipv6: Vec<(Prefix<16>, EamValue)>,
+    by_ipv4: Vec<(Prefix<4>, EamValue)>,
+}
+
+fn eam_entries(eams: &[Eam]) -> EamEntries {
+    let values: Vec<EamValue> = eams
         .iter()
         .enumerate()
         .map(|(rule, e)| EamValue {
@@ -65,38 +67,56 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment
             rule: rule as u32,
         })
         .collect();
-    let by6: Vec<_> = values.iter().map(|v| ((u32::from(v.ipv6_len), v.ipv6), *v)).collect();
-    let by4: Vec<_> = values.iter().map(|v| ((u32::from(v.ipv4_len), v.ipv4), *v)).collect();
-    let mut stats = SyncStats { entries: values.len(), ..SyncStats::default() };
+    EamEntries {
+        by_ipv6: values.iter().map(|v| ((u32::from(v.ipv6_len), v.ipv6), *v)).collect(),
+        by_ipv4: values.iter().map(|v| ((u32::from(v.ipv4_len), v.ipv4), *v)).collect(),
+    }
+}
+
+/// The translatable table's entries: the table is a set, its values all 1.
+fn translatable_entries(ranges: &[Ipv4Net]) -> Vec<(Prefix<4>, u8)> {
+    ranges.iter().map(|r| ((u32::from(r.prefix_len()), r.network().octets()), 1u8)).collect()
+}
+
+/// Fills the translator's tables from `[nat64]`. New and changed mappings go
+/// in first, then the prefix (one atomic element swap), then stale mappings
+/// come out: a mapping present before and after never disappears, so a
+/// reload does not interrupt the traffic it translates.
+pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32) -> Result<Nat64Stats> {
+    let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
+    let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
+    let eams = eam_entries(&nat64.eam);
+    let mut stats = SyncStats { entries: nat64.eam.len(), ..SyncStats::default() };
     let read_and_write = Instant::now();
-    let stale6 = sync_trie(&mut eam6, &by6, &mut stats, "EAM")?;
+    let stale6 = sync_trie(&mut eam6, &eams.by_ipv6, &mut stats, "EAM")?;
     // Each mapping counts once, though it lives in both tables.
     let mut stats4 = SyncStats::default();
-    let stale4 = sync_trie(&mut eam4, &by4, &mut stats4, "EAM")?;
+    let stale4 = sync_trie(&mut eam4, &eams.by_ipv4, &mut stats4, "EAM")?;
 
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-    let mut value = nat64_config(nat64, nat46);
-    value.fragment_mark = fragment_mark;
     // Not this sync's to change: stateful::sync writes it once the queues hold that pool.
-    value.pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
+    let pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
+    let value = nat64_config(nat64, nat46, fragment_mark, pool_layout);
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
 
-    for (len, addr) in &stale6 {
-        eam6.remove(&Key::new(*len, *addr)).context("removing a stale EAM entry")?;
-    }
-    for (len, addr) in &stale4 {
-        eam4.remove(&Key::new(*len, *addr)).context("removing a stale EAM entry")?;
-    }
+    remove_stale(&mut eam6, &stale6, "removing a stale EAM entry")?;
+    remove_stale(&mut eam4, &stale4, "removing a stale EAM entry")?;
     stats.removed = stale6.len().max(stale4.len());
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
     Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None, nat46: None, fragment_mtu: None })
 }
 
-/// The translator's single configuration element.
-fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>) -> Nat64Config {
-    let mut value =
-        Nat64Config { prefix: nat64.prefix.network().octets(), prefix_len: nat64.prefix.prefix_len(), ..Nat64Config::default() };
+/// The translator's single configuration element; `pool_layout` is kept
+/// as it is in the table.
+fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32, pool_layout: u32) -> Nat64Config {
+    let mut value = Nat64Config {
+        prefix: nat64.prefix.network().octets(),
+        prefix_len: nat64.prefix.prefix_len(),
+        fragment_mark,
+        pool_layout,
+        ..Nat64Config::default()
+    };
     if let Some(stateful) = &nat64.stateful {
         value.filtering = match stateful.filtering {
             Nat64Filtering::EndpointIndependent => NAT64_FILTER_ENDPOINT_INDEPENDENT,
@@ -117,13 +137,82 @@ fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>) -> Nat64Config {
 fn sync_translatable(pin_dir: &Path, ranges: &[Ipv4Net]) -> Result<SyncStats> {
     let mut table: LpmTrie<MapData, [u8; 4], u8> = bpf::open_pinned_map(pin_dir, maps::XLAT4)?;
     let started = Instant::now();
-    let wanted: Vec<_> = ranges.iter().map(|r| ((u32::from(r.prefix_len()), r.network().octets()), 1u8)).collect();
     let mut stats = SyncStats { entries: ranges.len(), ..SyncStats::default() };
-    let stale = sync_trie(&mut table, &wanted, &mut stats, "translatable")?;
-    for (len, addr) in &stale {
-        table.remove(&Key::new(*len, *addr)).context("removing a stale translatable range")?;
-    }
+    let stale = sync_trie(&mut table, &translatable_entries(ranges), &mut stats, "translatable")?;
+    remove_stale(&mut table, &stale, "removing a stale translatable range")?;
     stats.removed = stale.len();
     stats.write_micros = started.elapsed().as_micros() as u64;
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> v6node_config::Config {
+        v6node_config::parse_str(Path::new("test.toml"), &format!("[nat64]\ndevices = [\"eth0\"]\n{text}")).expect("valid").config
+    }
+
+    #[test]
+    fn each_mapping_is_in_both_tables_with_its_rule() {
+        let c = config(
+            "prefix = \"2001:db8:64::/96\"\neam = [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"198.51.100.0/24\" }, \
+             { ipv6 = \"2001:db8:80::80/128\", ipv4 = \"203.0.113.80/32\" }]\n",
+        );
+        let eams = eam_entries(&c.nat64.eam);
+        let second = EamValue {
+            ipv6: "2001:db8:80::80".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+            ipv4: [203, 0, 113, 80],
+            ipv6_len: 128,
+            ipv4_len: 32,
+            pad: 0,
+            rule: 1,
+        };
+        assert_eq!(eams.by_ipv6.len(), 2);
+        assert_eq!(eams.by_ipv6[1], ((128, second.ipv6), second));
+        assert_eq!(eams.by_ipv4[1], ((32, [203, 0, 113, 80]), second));
+        assert_eq!((eams.by_ipv6[0].1.rule, eams.by_ipv4[0].1.rule), (0, 0));
+        assert_eq!(eams.by_ipv4[0].0, (24, [198, 51, 100, 0]));
+        assert_eq!(eams.by_ipv6[0].1, eams.by_ipv4[0].1, "one value in both tables");
+        assert_eq!(eam_entries(&[]), EamEntries { by_ipv6: vec![], by_ipv4: vec![] });
+    }
+
+    #[test]
+    fn translatable_ranges_are_a_set_of_networks() {
+        let ranges: Vec<Ipv4Net> = ["192.0.2.0/24", "203.0.113.7/32"].iter().map(|r| r.parse().unwrap()).collect();
+        assert_eq!(translatable_entries(&ranges), [((24, [192, 0, 2, 0]), 1), ((32, [203, 0, 113, 7]), 1)]);
+    }
+
+    #[test]
+    fn the_config_element_holds_the_prefix_and_keeps_the_pool_layout() {
+        let c = config("prefix = \"64:ff9b:1::/48\"\n");
+        let value = nat64_config(&c.nat64, None, 0x40, 7);
+        assert_eq!(value.prefix, "64:ff9b:1::".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        assert_eq!((value.prefix_len, value.fragment_mark, value.pool_layout), (48, 0x40, 7));
+        assert_eq!((value.filtering, value.lifetimes, value.nat46_on), (0, Default::default(), 0), "no stateful, no gateway");
+    }
+
+    #[test]
+    fn lifetimes_and_filtering_come_from_stateful() {
+        let c = config(
+            "prefix = \"2001:db8:64::/96\"\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\n\
+             filtering = \"address-dependent\"\nudp_seconds = 120\n",
+        );
+        let stateful = c.nat64.stateful.as_ref().unwrap();
+        let value = nat64_config(&c.nat64, None, 0, 0);
+        assert_eq!(value.filtering, NAT64_FILTER_ADDRESS_DEPENDENT as u8);
+        assert_eq!(value.lifetimes, conntrack::nat64_lifetimes(stateful));
+        assert_eq!(value.lifetimes.udp_seconds, 120);
+    }
+
+    #[test]
+    fn the_nat46_prefix_is_its_first_twelve_bytes() {
+        let c = config(
+            "[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n\
+             [[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::a]:80\" }]\n",
+        );
+        let value = nat64_config(&c.nat64, c.nat46.as_ref(), 0, 0);
+        assert_eq!(value.nat46_on, 1);
+        assert_eq!(value.nat46_prefix, [0x20, 0x01, 0x0d, 0xb8, 0, 0x46, 0, 0, 0, 0, 0, 0]);
+    }
 }
