@@ -10,7 +10,7 @@
 //! its removal.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::{Ipv4Addr, Ipv6Addr, SocketAddrV6},
     path::Path,
     time::Instant,
@@ -112,6 +112,123 @@ fn assign_ids(
     Assigned { frontends: frontend_ids, backends: backend_ids }
 }
 
+/// The tables as a sync finds them: what its plan keeps, rewrites or
+/// removes.
+#[derive(Default)]
+struct Current {
+    /// Each frontend's id.
+    frontends: HashMap<Nat46FrontendKey, u32>,
+    backends: HashMap<u32, L4Addr>,
+    /// The VIPs, in network order.
+    vips: BTreeSet<u32>,
+    /// The ids of the frontends with a Maglev table.
+    maglev: BTreeSet<u32>,
+}
+
+/// One frontend's writes, in the order they go: the backends and table it
+/// points packets at before the frontend itself.
+struct FrontendWrites {
+    /// `nat46 gateway tcp 198.51.100.80:80`, for errors.
+    name: String,
+    /// (id, as the table holds it, as configured): new backends, and ids
+    /// that named another address; a backend already there is not rewritten.
+    backends: Vec<(u32, L4Addr, SocketAddrV6)>,
+    /// Rebuilt each sync, under the frontend's id; None when no backend
+    /// has weight.
+    maglev: Option<(u32, MaglevTable)>,
+    key: Nat46FrontendKey,
+    value: Nat46Frontend,
+}
+
+/// Entries the tables hold that `[nat46]` no longer names.
+#[derive(Debug, Default, PartialEq)]
+struct Stale {
+    vips: Vec<u32>,
+    frontends: Vec<Nat46FrontendKey>,
+    maglev: Vec<u32>,
+    backends: Vec<u32>,
+}
+
+/// What making the tables hold `[nat46]` takes, worked out from the tables
+/// as read, apart from the writing so that it is checked without BPF.
+struct GatewayPlan {
+    frontends: Vec<FrontendWrites>,
+    /// Each VIP with the number of frontends on it, once they are written.
+    vips: Vec<(Ipv4Addr, u32)>,
+    /// Out last, once nothing written points at them.
+    stale: Stale,
+    /// `status`'s frontends; their flows are the sweep's to count.
+    status: Vec<FrontendUse>,
+}
+
+fn plan(gateways: &[Nat46Gateway], current: &Current) -> GatewayPlan {
+    let ids = assign_ids(gateways, &current.frontends, &current.backends);
+    let mut frontends = Vec::with_capacity(gateways.len());
+    let mut status = Vec::with_capacity(gateways.len());
+    let mut vips: BTreeMap<Ipv4Addr, u32> = BTreeMap::new();
+    for ((gateway, &fid), backend_ids) in gateways.iter().zip(&ids.frontends).zip(&ids.backends) {
+        let proto = gateway.protocol.number();
+        let backends = gateway
+            .backends
+            .iter()
+            .zip(backend_ids)
+            .map(|(backend, &id)| (id, l4_addr(&backend.address, proto), backend.address))
+            .filter(|(id, addr, _)| current.backends.get(id) != Some(addr))
+            .collect();
+        let named: Vec<([u8; 18], u32, u32)> = gateway
+            .backends
+            .iter()
+            .zip(backend_ids)
+            .map(|(b, &id)| (maglev::name(b.address.ip(), b.address.port()), b.weight, id))
+            .collect();
+        let (maglev, shares) = match maglev::kernel_table(&named) {
+            Some((table, shares)) => (Some((fid, table)), shares),
+            None => (None, vec![0; gateway.backends.len()]),
+        };
+        let live = gateway.backends.iter().filter(|b| b.weight > 0).count() as u32;
+        frontends.push(FrontendWrites {
+            name: format!("nat46 gateway {} {}", gateway.protocol, gateway.frontend),
+            backends,
+            maglev,
+            key: frontend_key(gateway),
+            value: Nat46Frontend { id: fid, backends: live },
+        });
+        *vips.entry(*gateway.frontend.ip()).or_default() += 1;
+        status.push(FrontendUse {
+            frontend: gateway.frontend.to_string(),
+            protocol: gateway.protocol.to_string(),
+            backends: gateway
+                .backends
+                .iter()
+                .zip(shares)
+                .map(|(b, buckets)| BackendUse { address: b.address.to_string(), weight: b.weight, buckets, flows: 0 })
+                .collect(),
+        });
+    }
+
+    let live_vips: BTreeSet<u32> = vips.keys().map(|v| u32::from_ne_bytes(v.octets())).collect();
+    let live_frontends: HashSet<Nat46FrontendKey> = gateways.iter().map(frontend_key).collect();
+    let mut stale_frontends: Vec<Nat46FrontendKey> =
+        current.frontends.keys().filter(|k| !live_frontends.contains(k)).copied().collect();
+    stale_frontends.sort_by_key(|k| (k.addr, k.port, k.proto));
+    let with_table: BTreeSet<u32> =
+        gateways.iter().zip(&ids.frontends).filter(|(g, _)| g.backends.iter().any(|b| b.weight > 0)).map(|(_, id)| *id).collect();
+    let live_backends: BTreeSet<u32> = ids.backends.iter().flatten().copied().collect();
+    let mut stale_backends: Vec<u32> = current.backends.keys().filter(|id| !live_backends.contains(id)).copied().collect();
+    stale_backends.sort_unstable();
+    GatewayPlan {
+        frontends,
+        vips: vips.into_iter().collect(),
+        stale: Stale {
+            vips: current.vips.difference(&live_vips).copied().collect(),
+            frontends: stale_frontends,
+            maglev: current.maglev.difference(&with_table).copied().collect(),
+            backends: stale_backends,
+        },
+        status,
+    }
+}
+
 struct Tables {
     frontends: BpfHashMap<MapData, Nat46FrontendKey, Nat46Frontend>,
     vips: BpfHashMap<MapData, u32, u32>,
@@ -129,18 +246,59 @@ impl Tables {
         })
     }
 
-    fn read(&self) -> Result<(HashMap<Nat46FrontendKey, u32>, HashMap<u32, L4Addr>)> {
+    fn frontend_ids(&self) -> Result<HashMap<Nat46FrontendKey, u32>> {
         let mut frontends = HashMap::new();
         for entry in self.frontends.iter() {
             let (key, value) = entry.context("reading v6n_nat46_frontends")?;
             frontends.insert(key, value.id);
         }
+        Ok(frontends)
+    }
+
+    /// Only the agent writes these tables, so what is stale after its
+    /// writes is known from what they held before them.
+    fn read(&self) -> Result<Current> {
+        let frontends = self.frontend_ids()?;
         let mut backends = HashMap::new();
         for entry in self.backends.iter() {
             let (id, addr) = entry.context("reading v6n_nat46_backends")?;
             backends.insert(id, addr);
         }
-        Ok((frontends, backends))
+        let vips = self.vips.keys().collect::<Result<_, _>>().context("reading v6n_nat46_vips")?;
+        let maglev = self.maglev.keys().collect::<Result<_, _>>().context("reading v6n_nat46_maglev")?;
+        Ok(Current { frontends, backends, vips, maglev })
+    }
+
+    /// Writes what `plan` says: each frontend after the backends and table
+    /// it points at, the VIPs after their frontends, then the stale entries
+    /// out, users before what they use.
+    fn apply(&mut self, plan: &GatewayPlan) -> Result<()> {
+        for frontend in &plan.frontends {
+            let what = &frontend.name;
+            for (id, addr, configured) in &frontend.backends {
+                self.backends.insert(id, addr, 0).with_context(|| format!("writing backend {configured} of {what}"))?;
+            }
+            if let Some((id, table)) = &frontend.maglev {
+                self.maglev.insert(id, table, 0).with_context(|| format!("writing the Maglev table of {what}"))?;
+            }
+            self.frontends.insert(frontend.key, frontend.value, 0).with_context(|| format!("writing {what}"))?;
+        }
+        for (vip, count) in &plan.vips {
+            self.vips.insert(u32::from_ne_bytes(vip.octets()), count, 0).with_context(|| format!("writing VIP {vip}"))?;
+        }
+        for vip in &plan.stale.vips {
+            self.vips.remove(vip).context("removing a stale VIP")?;
+        }
+        for key in &plan.stale.frontends {
+            self.frontends.remove(key).context("removing a stale NAT46 frontend")?;
+        }
+        for id in &plan.stale.maglev {
+            self.maglev.remove(id).context("removing a stale Maglev table")?;
+        }
+        for id in &plan.stale.backends {
+            self.backends.remove(id).context("removing a stale NAT46 backend")?;
+        }
+        Ok(())
     }
 }
 
@@ -151,83 +309,17 @@ impl Tables {
 /// is the sweep's while there is a gateway).
 pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>> {
     let mut tables = Tables::open(pin_dir)?;
-    let (current_frontends, current_backends) = tables.read()?;
     let gateways = nat46.map_or(&[][..], |n| &n.gateways[..]);
-    let ids = assign_ids(gateways, &current_frontends, &current_backends);
-
-    let mut stats =
-        Nat46Stats { source_prefix: nat46.map(|n| n.source_prefix.to_string()).unwrap_or_default(), ..Nat46Stats::default() };
-    let mut vips: BTreeMap<Ipv4Addr, u32> = BTreeMap::new();
-    for ((gateway, &fid), backend_ids) in gateways.iter().zip(&ids.frontends).zip(&ids.backends) {
-        let proto = gateway.protocol.number();
-        let what = format!("nat46 gateway {} {}", gateway.protocol, gateway.frontend);
-        for (backend, id) in gateway.backends.iter().zip(backend_ids) {
-            let addr = l4_addr(&backend.address, proto);
-            if current_backends.get(id) != Some(&addr) {
-                tables.backends.insert(id, addr, 0).with_context(|| format!("writing backend {} of {what}", backend.address))?;
-            }
-        }
-        let named: Vec<([u8; 18], u32, u32)> = gateway
-            .backends
-            .iter()
-            .zip(backend_ids)
-            .map(|(b, &id)| (maglev::name(b.address.ip(), b.address.port()), b.weight, id))
-            .collect();
-        let mut shares = vec![0usize; gateway.backends.len()];
-        if let Some((table, filled)) = maglev::kernel_table(&named) {
-            shares = filled;
-            tables.maglev.insert(fid, table, 0).with_context(|| format!("writing the Maglev table of {what}"))?;
-        }
-        let live = gateway.backends.iter().filter(|b| b.weight > 0).count() as u32;
-        tables
-            .frontends
-            .insert(frontend_key(gateway), Nat46Frontend { id: fid, backends: live }, 0)
-            .with_context(|| format!("writing {what}"))?;
-        *vips.entry(*gateway.frontend.ip()).or_default() += 1;
-        stats.frontends.push(FrontendUse {
-            frontend: gateway.frontend.to_string(),
-            protocol: gateway.protocol.to_string(),
-            backends: gateway
-                .backends
-                .iter()
-                .zip(shares)
-                .map(|(b, buckets)| BackendUse { address: b.address.to_string(), weight: b.weight, buckets, flows: 0 })
-                .collect(),
-        });
-    }
-    for (vip, count) in &vips {
-        tables.vips.insert(u32::from_ne_bytes(vip.octets()), count, 0).with_context(|| format!("writing VIP {vip}"))?;
-    }
-
-    // Stale entries out, users before what they use.
-    let live_vips: BTreeSet<u32> = vips.keys().map(|v| u32::from_ne_bytes(v.octets())).collect();
-    for vip in tables.vips.keys().collect::<Result<Vec<_>, _>>().context("reading v6n_nat46_vips")? {
-        if !live_vips.contains(&vip) {
-            tables.vips.remove(&vip).context("removing a stale VIP")?;
-        }
-    }
-    let live_frontends: std::collections::HashSet<Nat46FrontendKey> = gateways.iter().map(frontend_key).collect();
-    for key in current_frontends.keys().filter(|k| !live_frontends.contains(k)) {
-        tables.frontends.remove(key).context("removing a stale NAT46 frontend")?;
-    }
-    let with_table: BTreeSet<u32> =
-        gateways.iter().zip(&ids.frontends).filter(|(g, _)| g.backends.iter().any(|b| b.weight > 0)).map(|(_, id)| *id).collect();
-    for id in tables.maglev.keys().collect::<Result<Vec<_>, _>>().context("reading v6n_nat46_maglev")? {
-        if !with_table.contains(&id) {
-            tables.maglev.remove(&id).context("removing a stale Maglev table")?;
-        }
-    }
-    let live_backends: BTreeSet<u32> = ids.backends.iter().flatten().copied().collect();
-    for id in current_backends.keys().filter(|id| !live_backends.contains(id)) {
-        tables.backends.remove(id).context("removing a stale NAT46 backend")?;
-    }
-    if nat46.is_none() {
+    let plan = plan(gateways, &tables.read()?);
+    tables.apply(&plan)?;
+    let Some(nat46) = nat46 else {
         // No gateway, no sweep: its flows go now.
         let state = StateTable::open(pin_dir, maps::NAT46_STATE)?;
         let keys: Vec<CtKey> = state.entries()?.into_iter().map(|(key, _)| key).collect();
         state.remove(&keys)?;
-    }
-    Ok(nat46.map(|_| stats))
+        return Ok(None);
+    };
+    Ok(Some(Nat46Stats { source_prefix: nat46.source_prefix.to_string(), frontends: plan.status, ..Nat46Stats::default() }))
 }
 
 /// A forward entry's key holds the client as ::ffff:a.b.c.d (abi.h).
@@ -294,8 +386,7 @@ pub fn sweep(pin_dir: &Path, nat46: &Nat46, mut stats: Nat46Stats) -> Result<Nat
     state.remove(&gone)?;
 
     // Flows per backend: the backend ids hold their frontend's id.
-    let tables = Tables::open(pin_dir)?;
-    let (frontends, _) = tables.read()?;
+    let frontends = Tables::open(pin_dir)?.frontend_ids()?;
     let mut flows: HashMap<(u32, [u8; 16], u16), usize> = HashMap::new();
     for flow in forward.values() {
         *flows.entry((flow.frontend_id, flow.daddr, flow.dport)).or_default() += 1;
@@ -351,5 +442,128 @@ mod tests {
             "::b keeps its id, ::c takes the slot ::a left"
         );
         assert_eq!(backends[&(SLOTS_PER_FRONTEND + 1)], l4_addr(&"[2001:db8::b]:80".parse().unwrap(), 6));
+    }
+
+    /// The tables once `plan` is written over `current`, as the kernel
+    /// would hold them.
+    fn applied(mut current: Current, plan: &GatewayPlan) -> Current {
+        for frontend in &plan.frontends {
+            current.backends.extend(frontend.backends.iter().map(|(id, addr, _)| (*id, *addr)));
+            current.maglev.extend(frontend.maglev.as_ref().map(|(id, _)| *id));
+            current.frontends.insert(frontend.key, frontend.value.id);
+        }
+        current.vips.extend(plan.vips.iter().map(|(vip, _)| u32::from_ne_bytes(vip.octets())));
+        for vip in &plan.stale.vips {
+            current.vips.remove(vip);
+        }
+        for key in &plan.stale.frontends {
+            current.frontends.remove(key);
+        }
+        for id in &plan.stale.maglev {
+            current.maglev.remove(id);
+        }
+        for id in &plan.stale.backends {
+            current.backends.remove(id);
+        }
+        current
+    }
+
+    fn gateway(frontend: &str, backends: &[&str]) -> String {
+        let backends: Vec<String> = backends.iter().map(|b| format!("{{ address = \"{b}\" }}")).collect();
+        format!("[[nat46.gateway]]\nfrontend = \"{frontend}\"\nbackends = [{}]\n", backends.join(", "))
+    }
+
+    #[test]
+    fn a_kept_frontend_keeps_its_id_and_its_unchanged_backends_are_not_rewritten() {
+        let before = config(&gateway("198.51.100.80:80", &["[2001:db8::a]:80", "[2001:db8::b]:80"]));
+        let first = plan(&before.gateways, &Current::default());
+        assert_eq!(first.frontends[0].value, Nat46Frontend { id: 1, backends: 2 });
+        let written: Vec<u32> = first.frontends[0].backends.iter().map(|(id, _, _)| *id).collect();
+        assert_eq!(written, [SLOTS_PER_FRONTEND, SLOTS_PER_FRONTEND + 1], "an empty table takes every backend");
+        assert_eq!(first.vips, [("198.51.100.80".parse().unwrap(), 1)]);
+        let tables = applied(Current::default(), &first);
+
+        // ::b reweighed and listed first: the same ids, nothing to rewrite.
+        let after = config(
+            "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n\
+             backends = [{ address = \"[2001:db8::b]:80\", weight = 3 }, { address = \"[2001:db8::a]:80\" }]\n",
+        );
+        let again = plan(&after.gateways, &tables);
+        assert_eq!(again.frontends[0].value, Nat46Frontend { id: 1, backends: 2 });
+        assert!(again.frontends[0].backends.is_empty());
+        let table = &again.frontends[0].maglev.as_ref().expect("weights: a table").1;
+        assert!(table.backend_ids.iter().all(|id| [SLOTS_PER_FRONTEND, SLOTS_PER_FRONTEND + 1].contains(id)));
+        assert_eq!(again.stale, Stale::default());
+        let buckets: Vec<usize> = again.status[0].backends.iter().map(|b| b.buckets).collect();
+        assert!(buckets[0] > 2 * buckets[1], "::b's weight of 3 shows in its share: {buckets:?}");
+    }
+
+    #[test]
+    fn what_is_no_longer_configured_is_stale() {
+        let before = config(&format!(
+            "{}{}",
+            gateway("198.51.100.80:80", &["[2001:db8::a]:80", "[2001:db8::b]:80"]),
+            gateway("198.51.100.81:443", &["[2001:db8::c]:443"])
+        ));
+        let tables = applied(Current::default(), &plan(&before.gateways, &Current::default()));
+        let after = config(&gateway("198.51.100.80:80", &["[2001:db8::b]:80"]));
+        let plan = plan(&after.gateways, &tables);
+        assert!(plan.frontends[0].backends.is_empty(), "::b stays where it is");
+        assert_eq!(plan.frontends[0].value, Nat46Frontend { id: 1, backends: 1 });
+        let gone = frontend_key(&before.gateways[1]);
+        assert_eq!(
+            plan.stale,
+            Stale {
+                vips: vec![u32::from_ne_bytes([198, 51, 100, 81])],
+                frontends: vec![gone],
+                maglev: vec![2],
+                backends: vec![SLOTS_PER_FRONTEND, 2 * SLOTS_PER_FRONTEND],
+            },
+            "::a, the :443 frontend, its backend, table and VIP"
+        );
+        let emptied = applied(tables, &plan);
+        let none = super::plan(&[], &emptied);
+        assert!(none.frontends.is_empty() && none.vips.is_empty() && none.status.is_empty());
+        assert_eq!(none.stale.backends, [SLOTS_PER_FRONTEND + 1]);
+        assert_eq!((none.stale.frontends.len(), none.stale.maglev.as_slice(), none.stale.vips.len()), (1, &[1][..], 1));
+    }
+
+    #[test]
+    fn a_new_frontend_takes_the_lowest_free_id() {
+        let ports = |ports: &[u16]| {
+            let text: String =
+                ports.iter().map(|p| gateway(&format!("198.51.100.80:{p}"), &[&format!("[2001:db8::a]:{p}")])).collect();
+            config(&text)
+        };
+        let tables = applied(Current::default(), &plan(&ports(&[80, 443, 8080]).gateways, &Current::default()));
+        let without_443 = plan(&ports(&[80, 8080]).gateways, &tables);
+        let tables = applied(tables, &without_443);
+        let plan = plan(&ports(&[53, 80, 8080]).gateways, &tables);
+        let ids: Vec<u32> = plan.frontends.iter().map(|f| f.value.id).collect();
+        assert_eq!(ids, [2, 1, 3], ":53 takes the id :443 left");
+        assert_eq!(plan.frontends[0].backends.iter().map(|(id, _, _)| *id).collect::<Vec<_>>(), [2 * SLOTS_PER_FRONTEND]);
+        assert_eq!(plan.vips, [("198.51.100.80".parse().unwrap(), 3)], "one VIP, three frontends");
+    }
+
+    #[test]
+    fn a_backend_of_weight_0_is_not_counted_live() {
+        let drained = config(
+            "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n\
+             backends = [{ address = \"[2001:db8::a]:80\", weight = 0 }, { address = \"[2001:db8::b]:80\", weight = 2 }]\n",
+        );
+        let first = plan(&drained.gateways, &Current::default());
+        assert_eq!(first.frontends[0].value.backends, 1);
+        assert_eq!(first.frontends[0].backends.len(), 2, "a drained backend keeps its id: its flows go on");
+        let buckets: Vec<usize> = first.status[0].backends.iter().map(|b| b.buckets).collect();
+        assert_eq!(buckets, [0, v6node_abi::MAGLEV_SIZE as usize]);
+
+        let all_drained = config(
+            "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n\
+             backends = [{ address = \"[2001:db8::a]:80\", weight = 0 }, { address = \"[2001:db8::b]:80\", weight = 0 }]\n",
+        );
+        let plan = plan(&all_drained.gateways, &applied(Current::default(), &first));
+        assert_eq!(plan.frontends[0].value, Nat46Frontend { id: 1, backends: 0 });
+        assert!(plan.frontends[0].maglev.is_none());
+        assert_eq!(plan.stale, Stale { maglev: vec![1], ..Stale::default() }, "no weight, no table");
     }
 }
