@@ -321,6 +321,10 @@ pass_if "sessionAffinity ClientIP: 20 requests from one pod, one backend" sticky
 # --- an EndpointSlice flapping many times a second -------------------------------
 # pod-2 turns unready and ready again 15 times (30 changes, as fast as kubectl
 # goes) under a request loop: nothing fails, and the tables end as the API says.
+# Routes, the CNI configuration and BGP follow Nodes alone: the route syncs
+# (less the periodic repairs, which re-run everything) must not move.
+route_syncs() { jq_status '.cluster.route_syncs - .agent.resyncs'; }
+syncs_before=$(route_syncs)
 (for i in $(seq 80); do get "[$vip]:80" || echo FAILED; sleep 0.02; done) >"$work/flap.log" 2>&1 &
 loop=$!
 flap_start=$(date +%s%N)
@@ -335,6 +339,8 @@ wait "$loop"
 pass_if "30 EndpointSlice changes in ${flap_ms} ms under 80 requests: none failed" \
     bash -c "! grep -q FAILED '$work/flap.log' && test \$(wc -l <'$work/flap.log') = 80"
 pass_if "after the flapping the tables hold both backends, as the API does" retry 10 both_backends
+pass_if "and the 30 changes re-ran no route sync ($syncs_before before, $(route_syncs) after)" \
+    bash -c "[[ $syncs_before =~ ^[0-9]+\$ && \$1 == $syncs_before ]]" - "$(route_syncs)"
 
 # --- no endpoints: refused at once, not a timeout ---------------------------------
 kc patch endpointslice web-1 --type=json -p '[{"op":"replace","path":"/endpoints","value":[]}]' >/dev/null
@@ -646,6 +652,8 @@ kc delete service signalling >/dev/null
 # node-0 (Ready, no agent) sorts before node-a: node-a stays quiet until
 # node-0 is gone.
 make_node node-0 fd00:9::b fd00:10:244:b::/64
+route_synced() { [[ "$(route_syncs)" -gt "$syncs_before" ]]; }
+pass_if "a new Node does re-run the route sync" retry 10 route_synced
 kc patch node node-0 --subresource=status --type=merge \
     -p '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"a test Node"}]}}' >/dev/null
 kc apply -f - >/dev/null <<EOF

@@ -6,9 +6,7 @@
 //! the same loop (`endpoint_api`).
 
 use std::{
-    collections::BTreeMap,
     future::pending,
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -18,29 +16,24 @@ use rtnetlink::{constants::RTMGRP_LINK, sys::AsyncSocket, sys::SocketAddr, Handl
 use sd_notify::NotifyState;
 use tokio::{
     signal::unix::{signal, SignalKind},
-    task::JoinHandle,
     time::{interval, sleep_until, Instant as TokioInstant, MissedTickBehavior},
 };
 use v6node_config::{Config, LoadedConfig};
+use v6node_k8s::Changes;
 
 mod endpoint_api;
 
 use crate::{
-    attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
-    bigtcp,
+    attach::AttachPoint,
     cluster::{self, bgp, Cluster},
     conntrack,
+    devices::{self, Devices},
     endpoints::Endpoints,
     files, filter, logging, metrics,
-    nat::{fragmenter, Nat},
-    netdev,
+    nat::Nat,
     paths::Paths,
-    selftest,
-    services::{
-        connections::{self, LeftBackend},
-        health_checks, sockets, Outside, ServiceTables,
-    },
-    state::{self, Reload, State},
+    services::{sockets, ServiceProxy},
+    state::{self, Reload, Shared, State},
 };
 
 /// Device events arrive in bursts (a veth pair is two links, then flags
@@ -65,22 +58,55 @@ fn config_error(e: v6node_config::ConfigError) -> anyhow::Error {
     anyhow!("invalid configuration: {e}")
 }
 
+/// The features, each with the same small surface (sync from the
+/// configuration or the cluster view, and for some a sweep), and what
+/// they share. The daemon decides when each runs, nothing else.
 struct Daemon {
-    paths: Arc<Paths>,
+    shared: Shared,
     loaded: LoadedConfig,
-    state: Arc<Mutex<State>>,
     netlink: Handle,
-    attacher: Attacher,
+    devices: Devices,
     endpoints: Endpoints,
-    metrics: Option<(String, JoinHandle<()>)>,
+    metrics: metrics::Server,
     /// Following the Kubernetes API, while kubernetes.kubeconfig is set.
     cluster: Option<Cluster>,
-    services: ServiceTables,
-    /// One request to end connections at a time, in order: a flapping
-    /// EndpointSlice queues them here rather than at the helper's socket,
-    /// which takes a few at once (MaxConnections=).
-    ending: Arc<tokio::sync::Mutex<()>>,
+    services: ServiceProxy,
     nat: Nat,
+}
+
+/// What a burst of API changes asks to run again: the whole cluster side
+/// when Nodes (or a watch's connection) changed, else the service proxy
+/// alone.
+#[derive(Debug, PartialEq)]
+enum Rerun {
+    Cluster,
+    Services,
+}
+
+/// The watch's counts as last seen, and whether Nodes changed since the
+/// last rerun.
+#[derive(Default)]
+struct PendingChanges {
+    seen: Changes,
+    nodes: bool,
+}
+
+impl PendingChanges {
+    fn new(seen: Changes) -> Self {
+        PendingChanges { seen, nodes: false }
+    }
+
+    fn observe(&mut self, now: Changes) {
+        self.nodes |= now.nodes != self.seen.nodes;
+        self.seen = now;
+    }
+
+    fn take(&mut self) -> Rerun {
+        match std::mem::take(&mut self.nodes) {
+            true => Rerun::Cluster,
+            false => Rerun::Services,
+        }
+    }
 }
 
 pub fn run(paths: &Paths) -> Result<()> {
@@ -98,8 +124,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     connection.socket_mut().socket_mut().bind(&SocketAddr::new(0, RTMGRP_LINK)).context("subscribing to device events")?;
     tokio::spawn(connection);
 
-    let mut attacher = Attacher::new(paths.clone());
-    attacher.verify()?;
+    let devices = Devices::new(paths.clone())?;
     let mut endpoints = Endpoints::load(&paths)?;
     for gone in endpoints.prune(&paths)? {
         log::info!("pod {} ({}) is gone: endpoint removed", gone.endpoint.address, gone.endpoint.host_device);
@@ -117,16 +142,14 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         ..State::default()
     };
     let mut daemon = Daemon {
-        paths: Arc::new(paths),
+        shared: Shared::new(paths, state),
         loaded: loaded.clone(),
-        state: Arc::new(Mutex::new(state)),
         netlink,
-        attacher,
+        devices,
         endpoints,
-        metrics: None,
+        metrics: metrics::Server::default(),
         cluster: None,
-        services: ServiceTables::default(),
-        ending: Arc::default(),
+        services: ServiceProxy::default(),
         nat: Nat::default(),
     };
     daemon.apply(&loaded).await?;
@@ -141,8 +164,8 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut resync = interval(RESYNC);
     resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
     resync.tick().await;
-    let mut nat64_sweep = interval(conntrack::SWEEP_EVERY);
-    nat64_sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut nat_sweep = interval(conntrack::SWEEP_EVERY);
+    nat_sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut watchdog_usec = 0;
     let mut watchdog =
         sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
@@ -150,32 +173,25 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut cluster_settle_at: Option<TokioInstant> = None;
     let mut cluster_cost = Duration::ZERO;
     let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
-    // What the watch had changed when last looked at, and whether Nodes (or a
-    // connection) changed since the last reconcile: when they did not, the
-    // change was Services or EndpointSlices, and the service tables alone are
-    // applied again.
-    let mut cluster_seen = cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default();
-    let mut nodes_changed = false;
+    let mut pending_changes = PendingChanges::new(cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default());
 
     loop {
         tokio::select! {
             _ = hangup.recv() => {
                 daemon.reload().await;
                 cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
-                cluster_seen = cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default();
+                pending_changes = PendingChanges::new(cluster_changes.as_mut().map(|rx| *rx.borrow_and_update()).unwrap_or_default());
             }
             Some(changes) = async { match cluster_changes.as_mut() { Some(rx) => rx.changed().await.ok().map(|()| *rx.borrow_and_update()), None => pending().await } } => {
-                nodes_changed |= changes.nodes != cluster_seen.nodes;
-                cluster_seen = changes;
+                pending_changes.observe(changes);
                 cluster_settle_at.get_or_insert_with(|| TokioInstant::now() + CLUSTER_SETTLE.max(cluster_cost * 2));
             }
             _ = async { match cluster_settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
                 cluster_settle_at = None;
                 let started = Instant::now();
-                if std::mem::take(&mut nodes_changed) {
-                    daemon.reconcile_cluster().await;
-                } else {
-                    daemon.apply_services();
+                match pending_changes.take() {
+                    Rerun::Cluster => daemon.reconcile_cluster().await,
+                    Rerun::Services => daemon.sync_services(),
                 }
                 cluster_cost = started.elapsed();
             }
@@ -186,12 +202,10 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
             }
             _ = async { match settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
                 settle_at = None;
-                daemon.reconcile_devices().await;
+                daemon.sync_devices().await;
             }
             _ = resync.tick() => daemon.resync().await,
-            _ = nat64_sweep.tick() => {
-                daemon.sweep_nat();
-            }
+            _ = nat_sweep.tick() => daemon.sweep_nat(),
             Ok((stream, _)) = listener.accept() => daemon.serve(stream).await,
             _ = async { match watchdog.as_mut() { Some(w) => { w.tick().await; } None => pending().await } } => {
                 notify(&[NotifyState::Watchdog]);
@@ -225,35 +239,32 @@ fn check_bpffs(paths: &Paths) -> Result<()> {
 
 impl Daemon {
     fn update(&self, change: impl FnOnce(&mut State)) {
-        let mut state = self.state.lock().expect("state lock");
-        change(&mut state);
-        if let Err(e) = state::write(&self.paths, &state) {
-            log::warn!("{e:#}");
-        }
+        self.shared.update(change);
     }
 
     fn summary(&self) -> String {
-        let state = self.state.lock().expect("state lock");
-        let attached = state.attachments.iter().filter(|a| a.error.is_none()).count();
-        let failed = state.attachments.len() - attached;
-        let mut summary = format!(
-            "generation {}: {attached} attachment(s){}, {} deny prefix(es), BIG TCP on {} device(s)",
-            state.generation,
-            state.mode.map(|m| format!(" ({m:?})").to_lowercase()).unwrap_or_default(),
-            state.deny_sources.as_ref().map_or(0, |d| d.entries),
-            state.bigtcp.iter().filter(|r| r.error.is_none()).count(),
-        );
-        if !state.endpoints.is_empty() {
-            summary.push_str(&format!(", {} pod(s)", state.endpoints.len()));
-        }
-        if let Some(nat64) = &state.nat64 {
-            let devices = state.attachments.iter().filter(|a| a.direction == AttachPoint::Nat64 && a.error.is_none()).count();
-            summary.push_str(&format!(", NAT64 {} with {} EAM(s) on {devices} device(s)", nat64.prefix, nat64.eam.entries));
-        }
-        if failed > 0 {
-            summary.push_str(&format!(", {failed} failed"));
-        }
-        summary
+        self.shared.read(|state| {
+            let attached = state.attachments.iter().filter(|a| a.error.is_none()).count();
+            let failed = state.attachments.len() - attached;
+            let mut summary = format!(
+                "generation {}: {attached} attachment(s){}, {} deny prefix(es), BIG TCP on {} device(s)",
+                state.generation,
+                state.mode.map(|m| format!(" ({m:?})").to_lowercase()).unwrap_or_default(),
+                state.deny_sources.as_ref().map_or(0, |d| d.entries),
+                state.bigtcp.iter().filter(|r| r.error.is_none()).count(),
+            );
+            if !state.endpoints.is_empty() {
+                summary.push_str(&format!(", {} pod(s)", state.endpoints.len()));
+            }
+            if let Some(nat64) = &state.nat64 {
+                let devices = state.attachments.iter().filter(|a| a.direction == AttachPoint::Nat64 && a.error.is_none()).count();
+                summary.push_str(&format!(", NAT64 {} with {} EAM(s) on {devices} device(s)", nat64.prefix, nat64.eam.entries));
+            }
+            if failed > 0 {
+                summary.push_str(&format!(", {failed} failed"));
+            }
+            summary
+        })
     }
 
     async fn reload(&mut self) {
@@ -263,7 +274,7 @@ impl Daemon {
             Err(_) => notify(&[NotifyState::Reloading]),
         }
         let started = Instant::now();
-        let result = match v6node_config::load(&self.paths.config_root) {
+        let result = match v6node_config::load(&self.shared.paths.config_root) {
             Ok(loaded) => self.apply(&loaded).await,
             Err(e) => Err(config_error(e)),
         };
@@ -271,7 +282,7 @@ impl Daemon {
         let reload = match result {
             Ok(()) => Reload { at: state::now(), ok: true, error: None, duration_ms },
             Err(e) => {
-                let generation = self.state.lock().expect("state lock").generation;
+                let generation = self.shared.read(|s| s.generation);
                 log::error!("reload refused, generation {generation} stays in force: {e:#}");
                 Reload { at: state::now(), ok: false, error: Some(format!("{e:#}")), duration_ms }
             }
@@ -290,52 +301,21 @@ impl Daemon {
         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     }
 
-    /// The devices present now whose names match one of `patterns`; never
-    /// the fragmentation link, which is the agent's own.
-    fn wanted(patterns: &[v6node_config::DevicePattern]) -> Result<BTreeMap<String, u32>> {
-        Ok(netdev::devices()?
-            .into_iter()
-            .filter(|(name, _)| name != fragmenter::LINK && name != fragmenter::PEER)
-            .filter(|(name, _)| patterns.iter().any(|p| p.matches(name)))
-            .collect())
-    }
-
-    /// Host programs on attach.devices, the translator on nat64.devices,
-    /// pod programs on the host side of every pod's pair.
-    fn wanted_attachments(&self, config: &Config) -> Result<Wanted> {
-        let mut wanted = Wanted::new();
-        for (device, ifindex) in Self::wanted(&config.attach.devices)? {
-            for direction in AttachPoint::HOST {
-                wanted.insert((device.clone(), direction), Target { ifindex, netkit: false });
-            }
-        }
-        for (device, ifindex) in Self::wanted(&config.nat64.devices)? {
-            wanted.insert((device, AttachPoint::Nat64), Target { ifindex, netkit: false });
-        }
-        // Where the fragments of DF-clear packets come back in, to be translated.
-        if !config.nat64.devices.is_empty() {
-            if let Some(ifindex) = netdev::devices()?.get(fragmenter::PEER) {
-                wanted.insert((fragmenter::PEER.to_string(), AttachPoint::Nat64), Target { ifindex: *ifindex, netkit: false });
-            }
-        }
-        self.endpoints.wanted(&mut wanted);
-        Ok(wanted)
-    }
-
     /// The NAT sweeps' timer; what they find shows in `status`.
     fn sweep_nat(&mut self) {
-        let Some(mut stats) = self.state.lock().expect("state lock").nat64.clone() else {
+        let Some(mut stats) = self.shared.read(|s| s.nat64.clone()) else {
             return;
         };
-        if self.nat.sweep(&self.paths.pin_dir, &self.loaded.config, &mut stats) {
+        if self.nat.sweep(&self.shared.paths.pin_dir, &self.loaded.config, &mut stats) {
             self.update(|s| s.nat64 = Some(stats));
         }
     }
 
     /// The periodic repair: pods whose devices vanished lose their
-    /// endpoints, then attachments are brought in line.
+    /// endpoints, then attachments, the cluster side and the service
+    /// tables (read afresh) are brought in line.
     async fn resync(&mut self) {
-        match self.endpoints.prune(&self.paths) {
+        match self.endpoints.prune(&self.shared.paths) {
             Ok(gone) => {
                 for gone in &gone {
                     log::info!("pod {} ({}) is gone: endpoint removed", gone.endpoint.address, gone.endpoint.host_device);
@@ -347,157 +327,33 @@ impl Daemon {
             }
             Err(e) => log::error!("checking endpoints: {e:#}"),
         }
-        self.reconcile_devices().await;
+        self.sync_devices().await;
         self.services.forget();
         self.reconcile_cluster().await;
+        self.update(|s| s.resyncs += 1);
     }
 
-    /// Routes to the other nodes' pods and this node's pod prefix, from the
-    /// cluster view, then the service tables and what BGP announces. Called
-    /// when Nodes or a watch's connection changed, at resync and after every
-    /// applied configuration (a change of Services alone applies the service
-    /// tables alone).
+    /// Routes and the CNI configuration from the cluster view, then the
+    /// service tables and what BGP announces. Called when Nodes or a watch's
+    /// connection changed, at resync and after every applied configuration
+    /// (a change of Services alone syncs the service proxy alone).
     async fn reconcile_cluster(&mut self) {
         if let Some(cluster) = &self.cluster {
-            let previous = self.state.lock().expect("state lock").cluster.clone().unwrap_or_default();
-            let next = cluster.reconcile(&self.netlink, &previous, self.loaded.config.routing.bgp.is_some()).await;
-            let effective = effective(&self.loaded.config, next.pod_prefixes.first().copied());
-            let cni_config = match files::write_cni_conflist(&self.paths, &effective) {
-                Ok(written) => written,
-                Err(e) => {
-                    log::error!("{e:#}");
-                    self.state.lock().expect("state lock").cni_config.clone()
-                }
-            };
-            let same = {
-                let state = self.state.lock().expect("state lock");
-                state.cluster.as_ref() == Some(&next) && state.cni_config == cni_config
-            };
-            if !same {
-                self.update(|s| {
-                    s.cluster = Some(next);
-                    s.cni_config = cni_config;
-                });
-            }
-            self.apply_services();
+            cluster.sync(&self.shared, &self.netlink, &self.loaded.config).await;
+            self.sync_services();
         }
         // BGP announces the Node's prefixes, or pods.prefix without a cluster.
-        let config = self.loaded.config.clone();
-        self.apply_bgp(&config);
+        bgp::sync(&self.shared, &self.loaded.config);
     }
 
-    /// The service tables from the Services view, while socket hooks are
-    /// configured. Until Services and EndpointSlices were listed once, the
-    /// tables stay as they are (a previous agent's, across a restart).
-    fn apply_services(&mut self) {
-        let Some(cluster) = &self.cluster else { return };
-        if self.loaded.config.services.cgroup.is_none() {
-            return;
-        }
-        let Some(mut view) = cluster.services() else { return };
-        cluster.report(&view);
-        if let Err(e) = health_checks::write(&self.paths, &view.health_checks) {
-            log::error!("{e:#}");
-        }
-        let node_address = self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.address);
-        view.add_host_ports(self.endpoints.host_ports(node_address.as_slice()));
-        let previous = self.state.lock().expect("state lock").services.clone();
-        let dsr = self.loaded.config.services.remote_backends == v6node_config::RemoteBackends::Dsr;
-        let outside = self
-            .node_pod_prefix()
-            .and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()))
-            .map(|masquerade| Outside { masquerade, dsr });
-        let (next, left) = self.services.apply(&self.paths.pin_dir, &view, outside, previous.as_ref());
-        if previous.as_ref() != Some(&next) {
-            self.update(|s| s.services = Some(next));
-        }
-        if !left.is_empty() {
-            self.end_connections(left);
+    fn sync_services(&mut self) {
+        if let Some(cluster) = &self.cluster {
+            self.services.sync(&self.shared, &self.loaded.config, cluster, &self.endpoints);
         }
     }
 
-    /// Has `end-connections` end what the service tables gave backends that
-    /// have now left them, off the agent's loop: the tables are already
-    /// written, so no new connection reaches those backends meanwhile.
-    fn end_connections(&self, left: Vec<LeftBackend>) {
-        let request = connections::Request { left, namespaces: self.endpoints.namespaces() };
-        let (paths, state, ending) = (self.paths.clone(), self.state.clone(), self.ending.clone());
-        tokio::spawn(async move {
-            let _turn = ending.lock().await;
-            let outcome = connections::request(&paths.end_connections_socket(), &request).await;
-            match &outcome {
-                Ok(reply) if reply.errors.is_empty() => log::info!(
-                    "{} backend(s) left their Service: {} connection(s) to them ended",
-                    request.left.len(),
-                    reply.ended
-                ),
-                Ok(reply) => log::warn!("ending connections to backends that left: {}", reply.errors.join("; ")),
-                Err(e) => log::warn!("ending connections to {} backend(s) that left: {e:#}", request.left.len()),
-            }
-            let mut state = state.lock().expect("state lock");
-            state.ended_connections.get_or_insert_default().record(&outcome);
-            if let Err(e) = state::write(&paths, &state) {
-                log::warn!("{e:#}");
-            }
-        });
-    }
-
-    /// bird's configuration from routing.* and the node's prefixes: its
-    /// Node's pod CIDRs and address once known, else pods.prefix.
-    fn apply_bgp(&mut self, config: &Config) {
-        let file = self.paths.bird_config();
-        let (address, mut prefixes) = {
-            let state = self.state.lock().expect("state lock");
-            state.cluster.as_ref().map(|c| (c.address, c.pod_prefixes.clone())).unwrap_or_default()
-        };
-        if prefixes.is_empty() {
-            prefixes.extend(config.pods.prefix);
-        }
-        let (text, mut next) = match &config.routing.bgp {
-            // Nothing was ever configured: bird never started.
-            None if !file.exists() => (None, None),
-            None => (Some(bgp::render_off()), None),
-            Some(wanted) => {
-                let next = bgp::desired(wanted, address, &prefixes);
-                (next.router_id.map(|id| bgp::render(&next, id)), Some(next))
-            }
-        };
-        if let Some(text) = text {
-            match bgp::write(&file, &text) {
-                Ok(true) => match &next {
-                    Some(n) => log::info!(
-                        "BGP: AS {} announces {} to {} peer(s); {} written",
-                        n.asn,
-                        if n.announced.is_empty() {
-                            "nothing yet".into()
-                        } else {
-                            n.announced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-                        },
-                        n.peers.len(),
-                        file.display()
-                    ),
-                    None => log::info!("BGP off: {} written without sessions", file.display()),
-                },
-                Ok(false) => {}
-                Err(e) => {
-                    if let Some(n) = next.as_mut() {
-                        n.error = Some(format!("{e:#}"));
-                    }
-                }
-            }
-        }
-        let previous = self.state.lock().expect("state lock").bgp.clone();
-        if previous != next {
-            if let Some(error) = next.as_ref().and_then(|n| n.error.as_ref()) {
-                log::warn!("BGP: {error}");
-            }
-            self.update(|s| s.bgp = next);
-        }
-    }
-
-    /// This node's pod prefix from its Node, as the last reconcile recorded it.
-    fn node_pod_prefix(&self) -> Option<ipnet::Ipv6Net> {
-        self.state.lock().expect("state lock").cluster.as_ref().and_then(|c| c.pod_prefixes.first().copied())
+    async fn sync_devices(&mut self) -> bool {
+        self.devices.sync(&self.shared, &self.netlink, &self.loaded.config, &self.endpoints).await
     }
 
     /// Starts, restarts or stops following the API as kubernetes.* says.
@@ -526,7 +382,8 @@ impl Daemon {
     /// packet.
     async fn apply(&mut self, loaded: &LoadedConfig) -> Result<()> {
         let config = &loaded.config;
-        let deny = filter::sync_deny(&self.paths.pin_dir, &config.filter.deny_sources)?;
+        let paths = self.shared.paths.clone();
+        let deny = filter::sync_deny(&paths.pin_dir, &config.filter.deny_sources)?;
         log::info!(
             "deny table: {} entries ({} added, {} changed, {} removed in {} µs)",
             deny.entries,
@@ -536,20 +393,20 @@ impl Daemon {
             deny.write_micros
         );
         if !config.nat64.devices.is_empty() {
-            self.attacher.prepare_nat64()?;
+            self.devices.prepare_nat64()?;
         }
-        let nat64 = self.nat.sync(&self.paths.pin_dir, &self.netlink, config).await?;
+        let nat64 = self.nat.sync(&paths.pin_dir, &self.netlink, config).await?;
         // Every node resolves with DNS64 under the cluster's prefix, whether
         // or not it translates itself.
-        if files::write_dns64(&self.paths.dns64_file(), &config.nat64.prefix)? {
-            log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, self.paths.dns64_file().display());
+        if files::write_dns64(&paths.dns64_file(), &config.nat64.prefix)? {
+            log::info!("DNS64 prefix {} written to {}", config.nat64.prefix, paths.dns64_file().display());
         }
         self.apply_kubernetes(config);
-        let hooks = sockets::reconcile(&self.paths, config.services.cgroup.as_deref());
+        let hooks = sockets::reconcile(&paths, config.services.cgroup.as_deref());
         if config.services.cgroup.is_none() {
             self.update(|s| s.services = None);
         }
-        let cni_config = files::write_cni_conflist(&self.paths, &effective(config, self.node_pod_prefix()))?;
+        let cni_config = files::write_cni_conflist(&paths, &cluster::effective(config, self.shared.node_pod_prefix()))?;
         let endpoints = self.endpoints.list();
         self.update(|s| {
             s.cni_config = cni_config;
@@ -565,109 +422,35 @@ impl Daemon {
         // When nothing attached changed, the tables still may have changed
         // what the programs do with the self-test's packet (a deny prefix
         // covering link-local sources).
-        if !self.reconcile_devices().await {
-            self.selftest();
+        if !self.sync_devices().await {
+            devices::selftest(&self.shared);
         }
-        self.apply_metrics(config).await;
+        self.metrics.sync(&self.shared, config).await;
         // routing.* decides how an unreachable peer is reported, and what bird announces.
         self.reconcile_cluster().await;
         Ok(())
     }
-
-    async fn apply_metrics(&mut self, config: &Config) {
-        let listen = config.metrics.listen.as_ref().map(|l| l.to_string()).unwrap_or_default();
-        if self.metrics.as_ref().map(|(l, _)| l.as_str()).unwrap_or("") == listen {
-            return;
-        }
-        if let Some((_, task)) = self.metrics.take() {
-            task.abort();
-        }
-        let mut error = None;
-        if let Some(target) = &config.metrics.listen {
-            match metrics::start(target, self.paths.clone(), self.state.clone()).await {
-                Ok(task) => {
-                    log::info!("metrics on {listen}");
-                    self.metrics = Some((listen.clone(), task));
-                }
-                Err(e) => {
-                    log::error!("{e:#}");
-                    error = Some(format!("{e:#}"));
-                }
-            }
-        }
-        self.update(|s| s.metrics = state::Metrics { listen, error });
-    }
-
-    /// Brings attachments and BIG TCP in line with the devices present now.
-    /// Returns whether the attachments (or BIG TCP) changed; then the
-    /// self-test ran.
-    async fn reconcile_devices(&mut self) -> bool {
-        let config = self.loaded.config.clone();
-        let mode = TcMode::resolve(config.attach.mode);
-        let previous = self.state.lock().expect("state lock").attachments.clone();
-        let attachments = match self.wanted_attachments(&config) {
-            Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),
-            Err(e) => {
-                log::error!("{e:#}");
-                previous
-            }
-        };
-        let mut reports = Vec::new();
-        if let Ok(mut wanted) = Self::wanted(&config.bigtcp.devices) {
-            wanted.extend(self.endpoints.host_devices());
-            for (device, ifindex) in wanted {
-                let report = bigtcp::apply(&self.netlink, &device, ifindex, config.bigtcp.size).await;
-                match &report.error {
-                    Some(e) => log::error!("{device}: BIG TCP: {e}"),
-                    None if report.changed => log::info!(
-                        "{device}: BIG TCP gso/gro max size {} (asked {}, tso_max_size {})",
-                        report.target,
-                        report.requested,
-                        report.tso_max_size.map_or("unknown".into(), |v| v.to_string())
-                    ),
-                    None => {}
-                }
-                reports.push(report);
-            }
-        }
-        // Link events and the periodic resync mostly find nothing new; the
-        // state file is rewritten only when something did change.
-        let same = {
-            let state = self.state.lock().expect("state lock");
-            state.mode == Some(mode) && state.attachments == attachments && state.bigtcp == reports
-        };
-        if !same {
-            self.update(|s| {
-                s.mode = Some(mode);
-                s.attachments = attachments;
-                s.bigtcp = reports;
-            });
-            // What the devices run changed: test it before anyone relies on it.
-            self.selftest();
-        }
-        !same
-    }
-
-    /// Runs the self-test on what is attached now and records it.
-    fn selftest(&mut self) {
-        let attachments = self.state.lock().expect("state lock").attachments.clone();
-        let results = selftest::run(&self.paths, &attachments);
-        for failed in results.iter().filter(|t| t.error.is_some()) {
-            log::error!("self-test of {} {}: {}", failed.device, failed.direction, failed.error.as_deref().unwrap_or(""));
-        }
-        let same = self.state.lock().expect("state lock").selftest == results;
-        if !same {
-            self.update(|s| s.selftest = results);
-        }
-    }
 }
 
-/// The configuration with the cluster's word in place: once the API has told
-/// this node's pod prefix, it is the one pods get, whatever pods.prefix says.
-fn effective(config: &Config, node_pod_prefix: Option<ipnet::Ipv6Net>) -> Config {
-    let mut config = config.clone();
-    if let Some(prefix) = node_pod_prefix {
-        config.pods.prefix = Some(prefix);
+#[cfg(test)]
+mod tests {
+    use super::{Changes, PendingChanges, Rerun};
+
+    #[test]
+    fn a_change_of_services_alone_reruns_the_service_proxy_alone() {
+        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7 });
+        pending.observe(Changes { nodes: 3, services: 8 });
+        pending.observe(Changes { nodes: 3, services: 12 });
+        assert_eq!(pending.take(), Rerun::Services);
     }
-    config
+
+    #[test]
+    fn a_change_of_nodes_anywhere_in_a_burst_reruns_the_cluster_side_once() {
+        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7 });
+        pending.observe(Changes { nodes: 4, services: 7 });
+        pending.observe(Changes { nodes: 4, services: 9 });
+        assert_eq!(pending.take(), Rerun::Cluster);
+        pending.observe(Changes { nodes: 4, services: 10 });
+        assert_eq!(pending.take(), Rerun::Services);
+    }
 }

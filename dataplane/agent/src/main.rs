@@ -9,6 +9,7 @@ mod conntrack;
 mod counters;
 mod daemon;
 mod detach;
+mod devices;
 mod endpoints;
 mod files;
 mod filter;

@@ -17,9 +17,47 @@ use tokio::{
     net::{TcpListener, UnixListener},
     task::JoinHandle,
 };
-use v6node_config::MetricsListen;
+use v6node_config::{Config, MetricsListen};
 
-use crate::{counters, paths::Paths, state::State};
+use crate::{
+    counters,
+    paths::Paths,
+    state::{self, Shared, State},
+};
+
+/// The endpoint as the daemon sees it: started, moved or stopped as
+/// `metrics.listen` says.
+#[derive(Default)]
+pub struct Server {
+    /// What it listens on and the task serving it.
+    running: Option<(String, JoinHandle<()>)>,
+}
+
+impl Server {
+    pub async fn sync(&mut self, shared: &Shared, config: &Config) {
+        let listen = config.metrics.listen.as_ref().map(|l| l.to_string()).unwrap_or_default();
+        if self.running.as_ref().map(|(l, _)| l.as_str()).unwrap_or("") == listen {
+            return;
+        }
+        if let Some((_, task)) = self.running.take() {
+            task.abort();
+        }
+        let mut error = None;
+        if let Some(target) = &config.metrics.listen {
+            match start(target, shared.paths.clone(), shared.state()).await {
+                Ok(task) => {
+                    log::info!("metrics on {listen}");
+                    self.running = Some((listen.clone(), task));
+                }
+                Err(e) => {
+                    log::error!("{e:#}");
+                    error = Some(format!("{e:#}"));
+                }
+            }
+        }
+        shared.update(|s| s.metrics = state::Metrics { listen, error });
+    }
+}
 
 fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -195,7 +233,7 @@ where
 }
 
 /// Binds now (so a bad address is reported at once) and serves in a task.
-pub async fn start(listen: &MetricsListen, paths: Arc<Paths>, state: Arc<Mutex<State>>) -> Result<JoinHandle<()>> {
+async fn start(listen: &MetricsListen, paths: Arc<Paths>, state: Arc<Mutex<State>>) -> Result<JoinHandle<()>> {
     Ok(match listen {
         MetricsListen::Tcp(addr) => {
             let listener = TcpListener::bind(addr).await.with_context(|| format!("binding metrics to {addr}"))?;

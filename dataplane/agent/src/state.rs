@@ -7,6 +7,7 @@ use std::{
     fs,
     io::ErrorKind,
     path::PathBuf,
+    sync::{Arc, Mutex},
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -27,6 +28,9 @@ pub struct State {
     pub generation: u64,
     /// Reload requests handled, successful or not.
     pub reloads: u64,
+    /// Periodic repairs (every 60 s) done.
+    #[serde(default)]
+    pub resyncs: u64,
     pub config_files: Vec<PathBuf>,
     pub last_reload: Option<Reload>,
     pub mode: Option<TcMode>,
@@ -79,6 +83,56 @@ pub struct Metrics {
     /// "" when off.
     pub listen: String,
     pub error: Option<String>,
+}
+
+/// The agent's paths and its state, as every feature gets them: a feature
+/// reads what others recorded (the Node's address, its pod prefix) and
+/// records its own part, and each change reaches the state file at once.
+#[derive(Clone)]
+pub struct Shared {
+    pub paths: Arc<Paths>,
+    state: Arc<Mutex<State>>,
+}
+
+impl Shared {
+    pub fn new(paths: Paths, state: State) -> Self {
+        Shared { paths: Arc::new(paths), state: Arc::new(Mutex::new(state)) }
+    }
+
+    /// The state as it is now, for the metrics endpoint's own task.
+    pub fn state(&self) -> Arc<Mutex<State>> {
+        self.state.clone()
+    }
+
+    pub fn read<T>(&self, look: impl FnOnce(&State) -> T) -> T {
+        look(&self.state.lock().expect("state lock"))
+    }
+
+    /// Changes the state and writes the file.
+    pub fn update(&self, change: impl FnOnce(&mut State)) {
+        let mut state = self.state.lock().expect("state lock");
+        change(&mut state);
+        if let Err(e) = write(&self.paths, &state) {
+            log::warn!("{e:#}");
+        }
+    }
+
+    /// Changes the state and writes the file when `next` differs from what
+    /// `part` holds: link events and resyncs mostly find nothing new.
+    pub fn update_if_changed<T: PartialEq>(&self, part: impl Fn(&mut State) -> &mut T, next: T) {
+        let mut state = self.state.lock().expect("state lock");
+        if *part(&mut state) != next {
+            *part(&mut state) = next;
+            if let Err(e) = write(&self.paths, &state) {
+                log::warn!("{e:#}");
+            }
+        }
+    }
+
+    /// This node's pod prefix from its Node, as the last reconcile recorded it.
+    pub fn node_pod_prefix(&self) -> Option<ipnet::Ipv6Net> {
+        self.read(|s| s.cluster.as_ref().and_then(|c| c.pod_prefixes.first().copied()))
+    }
 }
 
 pub fn now() -> u64 {

@@ -84,6 +84,8 @@ struct Agent {
     generation: Option<u64>,
     config_files: Vec<PathBuf>,
     last_reload: Option<Reload>,
+    /// Periodic repairs done (every 60 s).
+    resyncs: u64,
 }
 
 fn collect(paths: &Paths) -> Result<Status> {
@@ -176,6 +178,7 @@ fn collect(paths: &Paths) -> Result<Status> {
             generation: known.then_some(recorded.generation),
             config_files: recorded.config_files.clone(),
             last_reload: recorded.last_reload.clone(),
+            resyncs: recorded.resyncs,
         },
         pin_dir: paths.pin_dir.clone(),
         mode: recorded.mode,

@@ -19,9 +19,60 @@ use std::{
 use anyhow::{bail, Context, Result};
 use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
-use v6node_config::{Announce, Bgp};
+use v6node_config::{Announce, Bgp, Config};
 
-use crate::files;
+use crate::{files, state::Shared};
+
+/// bird's configuration from routing.* and the node's prefixes: its
+/// Node's pod CIDRs and address once known, else pods.prefix; recorded for
+/// `status`.
+pub fn sync(shared: &Shared, config: &Config) {
+    let file = shared.paths.bird_config();
+    let (address, mut prefixes) =
+        shared.read(|s| s.cluster.as_ref().map(|c| (c.address, c.pod_prefixes.clone())).unwrap_or_default());
+    if prefixes.is_empty() {
+        prefixes.extend(config.pods.prefix);
+    }
+    let (text, mut next) = match &config.routing.bgp {
+        // Nothing was ever configured: bird never started.
+        None if !file.exists() => (None, None),
+        None => (Some(render_off()), None),
+        Some(wanted) => {
+            let next = desired(wanted, address, &prefixes);
+            (next.router_id.map(|id| render(&next, id)), Some(next))
+        }
+    };
+    if let Some(text) = text {
+        match write(&file, &text) {
+            Ok(true) => match &next {
+                Some(n) => log::info!(
+                    "BGP: AS {} announces {} to {} peer(s); {} written",
+                    n.asn,
+                    if n.announced.is_empty() {
+                        "nothing yet".into()
+                    } else {
+                        n.announced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    },
+                    n.peers.len(),
+                    file.display()
+                ),
+                None => log::info!("BGP off: {} written without sessions", file.display()),
+            },
+            Ok(false) => {}
+            Err(e) => {
+                if let Some(n) = next.as_mut() {
+                    n.error = Some(format!("{e:#}"));
+                }
+            }
+        }
+    }
+    if shared.read(|s| s.bgp != next) {
+        if let Some(error) = next.as_ref().and_then(|n| n.error.as_ref()) {
+            log::warn!("BGP: {error}");
+        }
+        shared.update(|s| s.bgp = next);
+    }
+}
 
 /// What the agent asked bird for, as `status` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

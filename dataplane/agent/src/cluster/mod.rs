@@ -12,8 +12,10 @@ use std::net::Ipv6Addr;
 use ipnet::Ipv6Net;
 use rtnetlink::Handle;
 use serde::{Deserialize, Serialize};
+use v6node_config::Config;
 use v6node_k8s::{ApiState, ClusterWatch, NodeProblem, ServicesView, Settings};
 
+use crate::{files, state::Shared};
 use routes::{PeerRoute, RouteState, RouteStats};
 
 /// The cluster as `status` shows it.
@@ -31,6 +33,10 @@ pub struct ClusterState {
     pub problems: Vec<NodeProblem>,
     /// What the last route sync did.
     pub routes: RouteStats,
+    /// Route syncs since the agent started: they follow Nodes and the API
+    /// connection, never a change of Services alone.
+    #[serde(default)]
+    pub route_syncs: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -90,6 +96,27 @@ impl Cluster {
         self.watch.report(&view.problems);
     }
 
+    /// Routes to the other nodes' pods and this node's pod prefix from the
+    /// cluster view, then the CNI configuration with that prefix; both
+    /// recorded for `status`.
+    pub async fn sync(&self, shared: &Shared, netlink: &Handle, config: &Config) {
+        let previous = shared.read(|s| s.cluster.clone()).unwrap_or_default();
+        let next = self.reconcile(netlink, &previous, config.routing.bgp.is_some()).await;
+        let cni_config = match files::write_cni_conflist(&shared.paths, &effective(config, next.pod_prefixes.first().copied())) {
+            Ok(written) => written,
+            Err(e) => {
+                log::error!("{e:#}");
+                shared.read(|s| s.cni_config.clone())
+            }
+        };
+        if shared.read(|s| s.cluster.as_ref() != Some(&next) || s.cni_config != cni_config) {
+            shared.update(|s| {
+                s.cluster = Some(next);
+                s.cni_config = cni_config;
+            });
+        }
+    }
+
     /// Brings v6node's routes in line with the view. Before the first
     /// complete list of Nodes, routes are left exactly as they are. With
     /// `bgp`, a peer no direct route reaches is left to the routers the
@@ -100,6 +127,7 @@ impl Cluster {
         let Some(view) = self.watch.view() else {
             return ClusterState { node, api, ..previous.clone() };
         };
+        let route_syncs = previous.route_syncs + 1;
         let wanted: Vec<routes::Wanted> = view
             .peers
             .iter()
@@ -111,7 +139,7 @@ impl Cluster {
             Ok(done) => done,
             Err(e) => {
                 log::error!("syncing routes to {} peer(s): {e:#}", view.peers.len());
-                return ClusterState { node, api, problems: view.problems, ..previous.clone() };
+                return ClusterState { node, api, problems: view.problems, route_syncs, ..previous.clone() };
             }
         };
         if stats.added + stats.changed + stats.removed > 0 {
@@ -152,6 +180,17 @@ impl Cluster {
             peers,
             problems: view.problems,
             routes: stats,
+            route_syncs,
         }
     }
+}
+
+/// The configuration with the cluster's word in place: once the API has told
+/// this node's pod prefix, it is the one pods get, whatever pods.prefix says.
+pub fn effective(config: &Config, node_pod_prefix: Option<Ipv6Net>) -> Config {
+    let mut config = config.clone();
+    if let Some(prefix) = node_pod_prefix {
+        config.pods.prefix = Some(prefix);
+    }
+    config
 }

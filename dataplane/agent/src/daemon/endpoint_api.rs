@@ -63,23 +63,21 @@ impl Daemon {
                 let (container_id, ifname) = (endpoint.container_id.clone(), endpoint.ifname.clone());
                 let host_device = endpoint.host_device.clone();
                 let size = self.loaded.config.bigtcp.size;
-                let added = match self.endpoints.add(&self.paths, &self.netlink, endpoint, size).await {
+                let added = match self.endpoints.add(&self.shared.paths, &self.netlink, endpoint, size).await {
                     Ok(added) => added,
                     Err(e) => return Response::error(format!("{e:#}")),
                 };
                 self.endpoints_changed().await;
-                let failed: Vec<String> = self
-                    .state
-                    .lock()
-                    .expect("state lock")
-                    .attachments
-                    .iter()
-                    .filter(|a| a.device == host_device)
-                    .filter_map(|a| a.error.as_ref().map(|e| format!("{} {}: {e}", a.device, a.direction.name())))
-                    .collect();
+                let failed: Vec<String> = self.shared.read(|s| {
+                    s.attachments
+                        .iter()
+                        .filter(|a| a.device == host_device)
+                        .filter_map(|a| a.error.as_ref().map(|e| format!("{} {}: {e}", a.device, a.direction.name())))
+                        .collect()
+                });
                 if !failed.is_empty() {
                     // Half a pod is worse than none: take it out again.
-                    let _ = self.endpoints.del(&self.paths, &container_id, &ifname);
+                    let _ = self.endpoints.del(&self.shared.paths, &container_id, &ifname);
                     self.endpoints_changed().await;
                     return Response::error(failed.join("; "));
                 }
@@ -93,7 +91,7 @@ impl Daemon {
                 );
                 Response::ok(vec![added])
             }
-            Request::Del { container_id, ifname } => match self.endpoints.del(&self.paths, &container_id, &ifname) {
+            Request::Del { container_id, ifname } => match self.endpoints.del(&self.shared.paths, &container_id, &ifname) {
                 Ok(removed) => {
                     if let Some(old) = &removed {
                         log::info!(
@@ -114,8 +112,8 @@ impl Daemon {
     async fn endpoints_changed(&mut self) {
         let list = self.endpoints.list();
         self.update(|s| s.endpoints = list);
-        self.reconcile_devices().await;
+        self.sync_devices().await;
         // The pods' hostPorts are frontends of the service tables.
-        self.apply_services();
+        self.sync_services();
     }
 }

@@ -22,7 +22,10 @@
 pub mod connections;
 pub mod health_checks;
 pub mod maglev;
+pub mod proxy;
 pub mod sockets;
+
+pub use proxy::ServiceProxy;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The node's devices as the daemon sees them: which program each device
+//! runs (host programs on attach.devices, the translator on nat64.devices,
+//! pod programs on the host side of every pod's pair), BIG TCP on them, and
+//! the self-test of what is attached. Runs after link events, at resync and
+//! after every applied configuration.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use rtnetlink::Handle;
+use v6node_config::{Config, DevicePattern};
+
+use crate::{
+    attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
+    bigtcp,
+    endpoints::Endpoints,
+    nat::fragmenter,
+    netdev,
+    paths::Paths,
+    selftest,
+    state::Shared,
+};
+
+pub struct Devices {
+    attacher: Attacher,
+}
+
+impl Devices {
+    /// Loads nothing yet; refuses BPF objects the kernel will not verify.
+    pub fn new(paths: Paths) -> Result<Self> {
+        let mut attacher = Attacher::new(paths);
+        attacher.verify()?;
+        Ok(Devices { attacher })
+    }
+
+    /// The translator's program, loaded before its tables are written.
+    pub fn prepare_nat64(&mut self) -> Result<()> {
+        self.attacher.prepare_nat64()
+    }
+
+    /// Brings attachments and BIG TCP in line with the devices present now.
+    /// Returns whether the attachments (or BIG TCP) changed; then the
+    /// self-test ran.
+    pub async fn sync(&mut self, shared: &Shared, netlink: &Handle, config: &Config, endpoints: &Endpoints) -> bool {
+        let mode = TcMode::resolve(config.attach.mode);
+        let previous = shared.read(|s| s.attachments.clone());
+        let attachments = match wanted_attachments(config, endpoints) {
+            Ok(wanted) => self.attacher.reconcile(mode, &wanted, &previous),
+            Err(e) => {
+                log::error!("{e:#}");
+                previous
+            }
+        };
+        let mut reports = Vec::new();
+        if let Ok(mut wanted) = present(&config.bigtcp.devices) {
+            wanted.extend(endpoints.host_devices());
+            for (device, ifindex) in wanted {
+                let report = bigtcp::apply(netlink, &device, ifindex, config.bigtcp.size).await;
+                match &report.error {
+                    Some(e) => log::error!("{device}: BIG TCP: {e}"),
+                    None if report.changed => log::info!(
+                        "{device}: BIG TCP gso/gro max size {} (asked {}, tso_max_size {})",
+                        report.target,
+                        report.requested,
+                        report.tso_max_size.map_or("unknown".into(), |v| v.to_string())
+                    ),
+                    None => {}
+                }
+                reports.push(report);
+            }
+        }
+        // Link events and the periodic resync mostly find nothing new; the
+        // state file is rewritten only when something did change.
+        let same = shared.read(|s| s.mode == Some(mode) && s.attachments == attachments && s.bigtcp == reports);
+        if !same {
+            shared.update(|s| {
+                s.mode = Some(mode);
+                s.attachments = attachments;
+                s.bigtcp = reports;
+            });
+            // What the devices run changed: test it before anyone relies on it.
+            selftest(shared);
+        }
+        !same
+    }
+}
+
+/// Runs the self-test on what is attached now and records it.
+pub fn selftest(shared: &Shared) {
+    let attachments = shared.read(|s| s.attachments.clone());
+    let results = selftest::run(&shared.paths, &attachments);
+    for failed in results.iter().filter(|t| t.error.is_some()) {
+        log::error!("self-test of {} {}: {}", failed.device, failed.direction, failed.error.as_deref().unwrap_or(""));
+    }
+    shared.update_if_changed(|s| &mut s.selftest, results);
+}
+
+/// The devices present now whose names match one of `patterns`; never
+/// the fragmentation link, which is the agent's own.
+fn present(patterns: &[DevicePattern]) -> Result<BTreeMap<String, u32>> {
+    Ok(netdev::devices()?
+        .into_iter()
+        .filter(|(name, _)| name != fragmenter::LINK && name != fragmenter::PEER)
+        .filter(|(name, _)| patterns.iter().any(|p| p.matches(name)))
+        .collect())
+}
+
+/// Host programs on attach.devices, the translator on nat64.devices,
+/// pod programs on the host side of every pod's pair.
+fn wanted_attachments(config: &Config, endpoints: &Endpoints) -> Result<Wanted> {
+    let mut wanted = Wanted::new();
+    for (device, ifindex) in present(&config.attach.devices)? {
+        for direction in AttachPoint::HOST {
+            wanted.insert((device.clone(), direction), Target { ifindex, netkit: false });
+        }
+    }
+    for (device, ifindex) in present(&config.nat64.devices)? {
+        wanted.insert((device, AttachPoint::Nat64), Target { ifindex, netkit: false });
+    }
+    // Where the fragments of DF-clear packets come back in, to be translated.
+    if !config.nat64.devices.is_empty() {
+        if let Some(ifindex) = netdev::devices()?.get(fragmenter::PEER) {
+            wanted.insert((fragmenter::PEER.to_string(), AttachPoint::Nat64), Target { ifindex: *ifindex, netkit: false });
+        }
+    }
+    endpoints.wanted(&mut wanted);
+    Ok(wanted)
+}
