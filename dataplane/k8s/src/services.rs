@@ -85,7 +85,7 @@ pub struct Frontend {
 }
 
 /// A `healthCheckNodePort` this node answers on, as kube-proxy does: 200
-/// while the Service has endpoints on this node, 503 when it has none, so
+/// while the Service has ready endpoints on this node, 503 when it has none, so
 /// a load balancer sends `externalTrafficPolicy: Local` traffic only to
 /// nodes that keep it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -399,17 +399,13 @@ fn problem(service: &str, reason: String) -> ServiceProblem {
     ServiceProblem { service: service.to_string(), reason }
 }
 
-/// How many endpoints of a Service are on `node` and would be used: ready,
-/// or serving and terminating while none of them is ready (kube-proxy's
-/// count for its health check).
+/// How many ready endpoints of a Service are on `node`: kube-proxy's count
+/// for its health check (KEP-1669). Terminating ones still serve what
+/// reaches them, but do not count: once a node's endpoints all terminate,
+/// its health check fails and the load balancer drains it.
 fn local_endpoint_count(slices: Option<&Slices>, node: &str) -> usize {
     let Some(slices) = slices else { return 0 };
-    let local: Vec<&Endpoint> = slices.endpoints.iter().filter(|e| e.node.as_deref() == Some(node)).collect();
-    let ready: BTreeSet<Ipv6Addr> = local.iter().filter(|e| e.ready).map(|e| e.ip).collect();
-    if !ready.is_empty() {
-        return ready.len();
-    }
-    local.iter().filter(|e| e.serving && e.terminating).map(|e| e.ip).collect::<BTreeSet<_>>().len()
+    slices.endpoints.iter().filter(|e| e.node.as_deref() == Some(node) && e.ready).map(|e| e.ip).collect::<BTreeSet<_>>().len()
 }
 
 /// Every endpoint of one Service port, by address and target port.

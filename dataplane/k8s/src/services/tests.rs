@@ -341,3 +341,24 @@ fn external_traffic_policy_local_keeps_outside_connections_here_and_answers_heal
         view.problems
     );
 }
+
+#[test]
+fn a_node_whose_local_endpoints_all_terminate_fails_its_health_check_but_still_serves() {
+    let svc = service(
+        "draining",
+        json!({ "type": "LoadBalancer", "clusterIPs": ["fd00:96::1"], "externalTrafficPolicy": "Local",
+                "healthCheckNodePort": 32003, "ports": [{ "port": 80, "nodePort": 30084 }] }),
+    );
+    let eps = slice(
+        "draining",
+        "d-1",
+        json!([{ "port": 8080 }]),
+        &[("fd00::a", NODE, false, true, true), ("fd00::b", "node-b", true, true, false)],
+    );
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], &[ip("fd00:9::a")], [&svc], [&eps]);
+    let outside: Vec<_> =
+        at(&view, "fd00:9::a", 30084, Protocol::Tcp).from_outside.iter().flatten().map(|b| b.ip.to_string()).collect();
+    assert_eq!(outside, ["fd00::a"], "a terminating pod finishes what reaches it");
+    let checks: Vec<_> = view.health_checks.iter().map(|h| (h.port, h.local_endpoints)).collect();
+    assert_eq!(checks, [(32003, 0)], "as kube-proxy's: 503, so the load balancer drains this node");
+}
