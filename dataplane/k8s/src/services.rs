@@ -341,7 +341,11 @@ impl ServicesView {
                     add(ip, number, FrontendKind::LoadBalancer, &all_backends, true);
                 }
                 if let Some(node_port) = port.node_port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) {
-                    for &ip in node_addresses {
+                    // With policy Local another node's NodePort is that node's
+                    // to judge, as for a client outside the cluster: its own
+                    // endpoints or a refusal, never one of this node's.
+                    let served = node_addresses.iter().filter(|ip| !external_local || own_addresses.contains(ip));
+                    for &ip in served {
                         add(ip, node_port, FrontendKind::NodePort, &all_backends, own_addresses.contains(&ip));
                     }
                 }

@@ -362,3 +362,16 @@ fn a_node_whose_local_endpoints_all_terminate_fails_its_health_check_but_still_s
     let checks: Vec<_> = view.health_checks.iter().map(|h| (h.port, h.local_endpoints)).collect();
     assert_eq!(checks, [(32003, 0)], "as kube-proxy's: 503, so the load balancer drains this node");
 }
+
+#[test]
+fn another_nodes_nodeport_of_a_local_policy_service_is_left_to_that_node() {
+    let svc = service(
+        "local",
+        json!({ "type": "NodePort", "clusterIPs": ["fd00:96::1"], "externalTrafficPolicy": "Local",
+                "ports": [{ "port": 80, "nodePort": 30085 }] }),
+    );
+    let eps = slice("local", "l-1", json!([{ "port": 8080 }]), &[("fd00::a", NODE, true, true, false)]);
+    let view = ServicesView::build(NODE, &[ip("fd00:9::a")], &[ip("fd00:9::a"), ip("fd00:9::b")], [&svc], [&eps]);
+    let served: Vec<_> = view.frontends.iter().filter(|f| f.address.port == 30085).map(|f| f.address.ip.to_string()).collect();
+    assert_eq!(served, ["fd00:9::a"], "node-b judges its own NodePort as external: it has no endpoint, so it refuses");
+}
