@@ -115,28 +115,67 @@ pass_if "DF ping 1328 bytes IPv4 -> IPv6 over a 1280 link: Frag Needed, mtu 1260
     bash -c "nsenter --net=/run/netns/$v4 ping -c 2 -i 0.2 -W 1 -M do -s 1300 198.51.100.6 2>&1 | grep -E 'From 192.0.2.1 .*(Frag needed|mtu = 1260)'"
 pass_if "the IPv4 host learnt path MTU 1260" bash -c "ip -n $v4 route get 198.51.100.6 | grep -q 'mtu 1260'"
 # RFC 7915 4.1: without DF the translator fragments instead.
-df_clear() { # one 1300-byte datagram IPv4 -> IPv6, DF clear: prints what arrived
+df_clear() { # [size [ttl]]: one datagram IPv4 -> IPv6, DF clear: prints its length and hop limit as they arrived
+    local size=${1:-1300} ttl=${2:-64}
     at "$v6" python3 -c '
 import socket
 s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
 s.bind(("2001:db8:6::2", 9998))
 s.settimeout(5)
-print(len(s.recv(65535)))' >"$work/df-clear" 2>&1 &
+try:
+    data, anc, _, _ = s.recvmsg(65535, socket.CMSG_SPACE(4))
+except socket.timeout:
+    print("nothing")
+else:
+    print(len(data), [int.from_bytes(d, "little") for l, t, d in anc if t == socket.IPV6_HOPLIMIT][0])' >"$work/df-clear" 2>&1 &
     local receiver=$!
     wait_for "the receiver" bound "$v6" udp 9998
     at "$v4" python3 -c '
-import socket
+import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER: IP_PMTUDISC_DONT
-s.sendto(bytes(1300), ("198.51.100.6", 9998))'
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, int(sys.argv[2]))
+s.sendto(bytes(int(sys.argv[1])), ("198.51.100.6", 9998))' "$size" "$ttl"
     wait "$receiver"
     cat "$work/df-clear"
 }
 before=$(counter gw4 4to6 translated_after_fragmenting)
 pass_if "a DF-clear 1328-byte IPv4 datagram over the 1280 link arrives whole, fragmented by the translator" \
-    test "$(df_clear)" = 1300
+    test "$(df_clear | cut -d' ' -f1)" = 1300
 pass_if "...counted as translated after fragmenting, and its fragments translated on $(jq_status '.nat64 | "v6n-frag1 (MTU \(.fragment_mtu))"')" \
     test "$(($(counter gw4 4to6 translated_after_fragmenting) - before)) $(counter v6n-frag1 4to6 translated)" = "1 2"
+# RFC 7915 4.1/5.1: the translator is one hop, fragmenting or not. Sent with
+# TTL 64, r4 takes one and the translator one: hop limit 62 both ways.
+arrives_as() { # want size ttl...: df_clear's "length hop-limit" for each, joined by " / "
+    local want=$1 got="" size ttl
+    shift
+    while (($#)); do size=$1 ttl=$2; shift 2; got+="${got:+ / }$(df_clear "$size" "$ttl")"; done
+    [[ $got == "$want" ]] || { echo "arrived: $got, wanted: $want"; return 1; }
+}
+pass_if "TTL 64 from the IPv4 side: hop limit 62 unfragmented, and 62 fragmented by the translator (one hop, not two)" \
+    arrives_as "100 62 / 1300 62" 100 64 1300 64
+# The edge: TTL 2 at the translator leaves it with hop limit 1 whether it
+# is fragmented or not; TTL 1 there gets Time Exceeded, not hop limit 0.
+pass_if "TTL 3 from the IPv4 side, DF clear, fragmented: arrives with hop limit 1" arrives_as "1300 1" 1300 3
+ttl_exceeded_df_clear() { # a 1300-byte DF-clear datagram arriving at the translator with TTL 1
+    at "$v4" python3 -c '
+import socket, time
+icmp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+icmp.settimeout(3)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER: IP_PMTUDISC_DONT
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 2)
+s.sendto(bytes(1300), ("198.51.100.6", 9998))
+deadline = time.time() + 3
+while time.time() < deadline:
+    pkt, (src, _) = icmp.recvfrom(65535)
+    if pkt[(pkt[0] & 15) * 4] == 11:
+        print(src)
+        break'
+}
+pass_if "TTL 2 from the IPv4 side, DF clear, 1300 bytes: Time Exceeded from the translator (192.0.2.1)" \
+    test "$(ttl_exceeded_df_clear 2>&1)" = 192.0.2.1
 ip -n "$gw" link set gw6 mtu 1500
 ip -n "$v6" link set v6h0 mtu 1500
 

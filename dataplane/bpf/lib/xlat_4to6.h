@@ -407,7 +407,16 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	}
 	int is_error = protocol == IPPROTO_ICMP && icmp.type != ICMP_ECHO && icmp.type != ICMP_ECHOREPLY;
 
-	if (h.ip.ttl <= 1) {
+	/* RFC 7915 4.1/5.1: the translator takes one hop, fragmenting or not.
+	 * A packet back from the fragmentation link (v6n_fragment_by_kernel's
+	 * mark, kept across the veth and copied to each fragment) has had it
+	 * taken: the kernel decremented its TTL forwarding it there, after this
+	 * check passed it with TTL 2 or more on the way in. Its fragments keep
+	 * their TTL (at least 1). Not compensated the other way (one more TTL
+	 * before the kernel forwards): TTL 255 has no room for it, and the
+	 * header checksum would change twice. */
+	__u8 hop = cfg && cfg->fragment_mark && skb->mark == cfg->fragment_mark ? 0 : 1;
+	if (h.ip.ttl <= hop) {
 		if (is_error)
 			return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
 		return V6N_OUTCOME(V6N_ACT_TIME_EXCEEDED, V6N_REASON_DROP_HOP_LIMIT);
@@ -469,6 +478,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	} out = {};
 	v6n_ip6_from_ip4(&out.ip6, &h.ip, fragmented ? IPPROTO_FRAGMENT : protocol, l4_len + frag_len, &saddr,
 			 &daddr);
+	out.ip6.hop_limit = h.ip.ttl - hop;
 	if (fragmented) {
 		out.frag.nexthdr = protocol;
 		out.frag.frag_off = bpf_htons((frag_off << 3) | ((frag_field & V6N_IP4_MF) ? V6N_IP6_MF : 0));
