@@ -9,7 +9,7 @@ use std::{path::Path, time::Duration};
 
 use anyhow::{Context, Result};
 use aya::maps::MapData;
-use v6node_abi::{CtKey, CtLifetimes, CtValue, CT_CLOSING, CT_ESTABLISHED};
+use v6node_abi::{CtKey, CtLifetimes, CtValue, CT_CLOSING, CT_ESTABLISHED, CT_RESET};
 use v6node_config::{Nat46, Nat64Stateful};
 
 /// How often expired entries are removed (and NAT64's ports given back):
@@ -23,8 +23,8 @@ pub const SWEEP_MARGIN_NS: u64 = 2_000_000_000;
 const TCP: u8 = libc::IPPROTO_TCP as u8;
 const UDP: u8 = libc::IPPROTO_UDP as u8;
 
-/// Stateful NAT64's lifetimes (RFC 6146 4): a FIN or RST makes a TCP
-/// binding transitory again.
+/// Stateful NAT64's lifetimes (RFC 6146 4): FINs from both sides (closing)
+/// or a RST make a TCP binding transitory again (RFC 6146 3.5.2.2).
 pub fn nat64_lifetimes(stateful: &Nat64Stateful) -> CtLifetimes {
     CtLifetimes {
         udp_seconds: stateful.udp_seconds,
@@ -52,7 +52,7 @@ pub fn nat46_lifetimes(nat46: &Nat46) -> CtLifetimes {
 pub fn lifetime_ns(lifetimes: &CtLifetimes, proto: u8, value: &CtValue) -> u64 {
     let seconds = match proto {
         TCP if value.flags & CT_CLOSING as u8 != 0 => lifetimes.tcp_closing_seconds,
-        TCP if value.flags & CT_ESTABLISHED as u8 != 0 => lifetimes.tcp_established_seconds,
+        TCP if value.flags & (CT_ESTABLISHED | CT_RESET) as u8 == CT_ESTABLISHED as u8 => lifetimes.tcp_established_seconds,
         TCP => lifetimes.tcp_transitory_seconds,
         UDP => lifetimes.udp_seconds,
         _ => lifetimes.icmp_seconds,
@@ -198,6 +198,19 @@ mod tests {
         assert_eq!(s(lifetime_ns(&LIFETIMES, UDP, &entry(0))), 300);
         assert_eq!(s(lifetime_ns(&LIFETIMES, UDP, &entry(CT_CLOSING))), 300, "only TCP closes");
         assert_eq!(s(lifetime_ns(&LIFETIMES, libc::IPPROTO_ICMP as u8, &entry(0))), 60);
+    }
+
+    #[test]
+    fn a_half_closed_tcp_entry_stays_established_and_a_reset_one_transitory() {
+        use v6node_abi::{CT_FIN_IN, CT_FIN_OUT};
+        let s = |flags: u32| lifetime_ns(&LIFETIMES, TCP, &entry(flags)) / 1_000_000_000;
+        assert_eq!(s(CT_ESTABLISHED | CT_FIN_OUT), 7440, "one side's FIN");
+        assert_eq!(s(CT_ESTABLISHED | CT_FIN_IN), 7440, "the other side's FIN");
+        assert_eq!(s(CT_ESTABLISHED | CT_FIN_OUT | CT_FIN_IN | CT_CLOSING), 4, "both FINs: closing");
+        assert_eq!(s(CT_ESTABLISHED | CT_RESET), 240, "a RST: transitory");
+        assert_eq!(s(CT_RESET), 240);
+        assert_eq!(s(CT_ESTABLISHED | CT_RESET | CT_CLOSING), 4, "closing wins");
+        assert_eq!(lifetime_ns(&LIFETIMES, UDP, &entry(CT_RESET)) / 1_000_000_000, 300, "only TCP resets");
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use common::{nat64::*, packet::*, *};
 use v6node_abi::{
-    CtKey, Direction, Reason, CT_CLOSING, CT_ESTABLISHED, NAT64_FILTER_ADDRESS_DEPENDENT as ADDRESS_DEPENDENT,
-    NAT64_FILTER_ENDPOINT_INDEPENDENT as ENDPOINT_INDEPENDENT,
+    CtKey, Direction, Reason, CT_CLOSING, CT_ESTABLISHED, CT_FIN_IN, CT_FIN_OUT, CT_RESET,
+    NAT64_FILTER_ADDRESS_DEPENDENT as ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT as ENDPOINT_INDEPENDENT,
 };
 
 const D64: Direction = Direction::V6N_DIRECTION_XLAT_6TO4;
@@ -29,6 +29,7 @@ const SERVER2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
 const TCP_SYN: u8 = 0x02;
 const TCP_ACK: u8 = 0x10;
 const TCP_FIN_ACK: u8 = 0x11;
+const TCP_RST: u8 = 0x04;
 
 /// The namespace and the translator with one pool address, ports (and echo
 /// identifiers) `first..=last` queued in order, for CLIENT and CLIENT2.
@@ -189,11 +190,96 @@ fn tcp_binds_on_a_syn_and_times_the_binding_by_the_connections_state() {
     assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT);
 
     assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_FIN_ACK)), port);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_FIN_ACK), net.v4).verdict, TC_ACT_REDIRECT);
     assert_eq!(flags(&xlat) & CT_CLOSING, CT_CLOSING);
-    // Closing: transitory again, 4 min.
+    // Both sides closed: transitory again, 4 min.
     xlat.age(&key, 241);
     assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_SHOT);
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}
+
+/// An established TCP binding on pool port `port` for CLIENT:40000, and its
+/// pool side's key.
+fn established(xlat: &Xlat, net: &Net) -> (u16, CtKey) {
+    let port = bind(xlat, net, &tcp_out(40000, TCP_SYN));
+    assert_eq!(xlat.run(&tcp_in(port, TCP_SYN | TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(bind(xlat, net, &tcp_out(40000, TCP_ACK)), port);
+    (port, pool_side(6, port))
+}
+
+fn tcp_flags_of(xlat: &Xlat, key: &CtKey) -> u32 {
+    xlat.state().into_iter().find(|(k, _)| k == key).expect("the pool side").1.flags as u32
+}
+
+#[test]
+fn a_half_closed_tcp_binding_stays_established_after_the_ipv6_fin_alone() {
+    let (net, mut xlat) = gateway("halfclosed6", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let (port, key) = established(&xlat, &net);
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_FIN_ACK)), port);
+    assert_eq!(tcp_flags_of(&xlat, &key) & (CT_ESTABLISHED | CT_CLOSING), CT_ESTABLISHED, "one FIN closes nothing");
+    assert_eq!(tcp_flags_of(&xlat, &key) & (CT_FIN_OUT | CT_FIN_IN), CT_FIN_OUT, "the IPv6 side's FIN");
+    // RFC 6146 3.5.2.2: the server may send for hours yet; the binding
+    // keeps the established lifetime (2 h 4 min), not the transitory one.
+    xlat.age(&key, 3600);
+    let run = xlat.run(&tcp_in(port, TCP_ACK), net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "the server's data after the client's FIN");
+    assert_eq!(v6_destination(&run.packet), (CLIENT, 40000));
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 0);
+}
+
+#[test]
+fn a_half_closed_tcp_binding_stays_established_after_the_ipv4_fin_alone() {
+    let (net, mut xlat) = gateway("halfclosed4", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let (port, key) = established(&xlat, &net);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_FIN_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_ACK)), port, "the client's data after the server's FIN");
+    assert_eq!(tcp_flags_of(&xlat, &key) & (CT_ESTABLISHED | CT_CLOSING), CT_ESTABLISHED);
+    assert_eq!(tcp_flags_of(&xlat, &key) & (CT_FIN_OUT | CT_FIN_IN), CT_FIN_IN, "the IPv4 side's FIN");
+    xlat.age(&key, 3600);
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_ACK)), port, "still the established lifetime");
+}
+
+#[test]
+fn fins_from_both_sides_give_the_tcp_binding_the_closing_lifetime() {
+    let (net, mut xlat) = gateway("bothfins", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let (port, key) = established(&xlat, &net);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_FIN_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(tcp_flags_of(&xlat, &key) & CT_CLOSING, 0, "the IPv4 FIN alone");
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_FIN_ACK)), port);
+    assert_eq!(tcp_flags_of(&xlat, &key) & CT_CLOSING, CT_CLOSING, "V4 FIN + V6 FIN received");
+    // Either side's second FIN does not undo it.
+    assert_eq!(xlat.run(&tcp_in(port, TCP_FIN_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_ACK)), port, "the last ACK");
+    assert_eq!(tcp_flags_of(&xlat, &key) & CT_CLOSING, CT_CLOSING);
+    // The closing lifetime (NAT64's is the transitory 4 min), not 2 h 4 min.
+    xlat.age(&key, 241);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}
+
+#[test]
+fn a_rst_makes_the_tcp_binding_transitory() {
+    let (net, mut xlat) = gateway("rst", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let (port, key) = established(&xlat, &net);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_RST | TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(tcp_flags_of(&xlat, &key) & (CT_RESET | CT_CLOSING), CT_RESET, "transitory, not closing");
+    // Transitory: 4 min after the RST the binding is gone.
+    xlat.age(&key, 241);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+}
+
+#[test]
+fn a_segment_after_a_rst_makes_the_tcp_binding_established_again() {
+    let (net, mut xlat) = gateway("rstback", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let (port, key) = established(&xlat, &net);
+    assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_RST)), port);
+    assert_eq!(tcp_flags_of(&xlat, &key) & CT_RESET, CT_RESET);
+    // Any segment but a RST after it: established again (RFC 6146 3.5.2.2).
+    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(tcp_flags_of(&xlat, &key) & (CT_ESTABLISHED | CT_CLOSING | CT_RESET), CT_ESTABLISHED);
+    xlat.age(&key, 3600);
+    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT, "the established lifetime");
 }
 
 #[test]

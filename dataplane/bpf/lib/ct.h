@@ -120,7 +120,7 @@ static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_lifetimes *l
 	if (proto == IPPROTO_TCP) {
 		if (entry->flags & V6N_CT_CLOSING)
 			seconds = lifetimes->tcp_closing_seconds;
-		else if (entry->flags & V6N_CT_ESTABLISHED)
+		else if ((entry->flags & (V6N_CT_ESTABLISHED | V6N_CT_RESET)) == V6N_CT_ESTABLISHED)
 			seconds = lifetimes->tcp_established_seconds;
 		else
 			seconds = lifetimes->tcp_transitory_seconds;

@@ -156,9 +156,11 @@ static __always_inline struct v6n_ct_value *v6n_nat64_live(const struct v6n_nat6
 	return binding;
 }
 
-/* Notes a packet of the binding: its time and the TCP state RFC 6146 3.5.2
- * times it by (answered: established; a FIN or RST: transitory again; a new
- * SYN on the same port: a new connection). */
+/* Notes a packet of the binding: its time and the TCP state RFC 6146 3.5.2.2
+ * times it by (answered: established; a FIN from one side only: still
+ * established, the connection is half-closed; FINs from both sides:
+ * closing; a RST: transitory, until a segment that is not one makes it
+ * established again; a new SYN on the same port: a new connection). */
 static __always_inline void v6n_nat64_touch(struct v6n_ct_value *binding, const struct v6n_nat64_l4 *l4, int inbound,
 					    __u64 now)
 {
@@ -166,11 +168,20 @@ static __always_inline void v6n_nat64_touch(struct v6n_ct_value *binding, const 
 
 	if (l4->proto == IPPROTO_TCP) {
 		if ((l4->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN && !inbound)
-			flags &= ~(V6N_CT_ESTABLISHED | V6N_CT_CLOSING);
+			flags &= ~(V6N_CT_ESTABLISHED | V6N_CT_CLOSING | V6N_CT_FIN_OUT | V6N_CT_FIN_IN | V6N_CT_RESET);
 		if (inbound)
 			flags |= V6N_CT_ESTABLISHED;
-		if (l4->tcp_flags & (V6N_TCP_FIN | V6N_TCP_RST))
-			flags |= V6N_CT_CLOSING;
+		if (l4->tcp_flags & V6N_TCP_RST) {
+			/* Back to established after it, its FINs forgotten. */
+			flags &= ~(V6N_CT_FIN_OUT | V6N_CT_FIN_IN);
+			flags |= V6N_CT_RESET;
+		} else {
+			flags &= ~V6N_CT_RESET;
+			if (l4->tcp_flags & V6N_TCP_FIN)
+				flags |= inbound ? V6N_CT_FIN_IN : V6N_CT_FIN_OUT;
+			if ((flags & (V6N_CT_FIN_OUT | V6N_CT_FIN_IN)) == (V6N_CT_FIN_OUT | V6N_CT_FIN_IN))
+				flags |= V6N_CT_CLOSING;
+		}
 	}
 	if (flags != binding->flags)
 		binding->flags = flags;

@@ -93,10 +93,10 @@ struct v6n_deny_value {
  */
 struct v6n_ct_lifetimes {
 	__u32 udp_seconds;
-	__u32 tcp_established_seconds; /* V6N_CT_ESTABLISHED and not closing */
-	__u32 tcp_transitory_seconds;  /* before the answer */
+	__u32 tcp_established_seconds; /* V6N_CT_ESTABLISHED, not closing or reset */
+	__u32 tcp_transitory_seconds;  /* before the answer, after a RST (V6N_CT_RESET) */
 	__u32 icmp_seconds;            /* and any other protocol */
-	__u32 tcp_closing_seconds;     /* after a FIN or RST (V6N_CT_CLOSING) */
+	__u32 tcp_closing_seconds;     /* V6N_CT_CLOSING: see there */
 };
 
 struct v6n_nat64_config {
@@ -341,9 +341,20 @@ struct v6n_ct_key {
 };
 
 #define V6N_CT_REPLY 1   /* the reply direction of the connection */
-#define V6N_CT_CLOSING 2 /* a TCP FIN or RST was seen: a short lifetime */
+/* The closing lifetime. Services: a TCP FIN or RST was seen. Stateful NAT64
+ * and the NAT46 gateway: both sides sent a FIN (RFC 6146 3.5.2.2). */
+#define V6N_CT_CLOSING 2
 #define V6N_CT_DSR 4     /* to a backend on another node, which answers the client itself */
 #define V6N_CT_ESTABLISHED 8 /* stateful NAT64: a TCP binding answered from IPv4 */
+/* Stateful NAT64 and the NAT46 gateway, TCP (RFC 6146 3.5.2.2): a FIN from
+ * the side that opened the binding (NAT64: IPv6; NAT46: the IPv4 client),
+ * a FIN from the other side; both make it V6N_CT_CLOSING. */
+#define V6N_CT_FIN_OUT 16
+#define V6N_CT_FIN_IN 32
+/* Stateful NAT64 and the NAT46 gateway: a TCP RST was the last segment, so
+ * the transitory lifetime; the next segment that is not one takes it back
+ * to established. */
+#define V6N_CT_RESET 64
 
 struct v6n_ct_value {
 	__u8 saddr[16]; /* rewritten to */
