@@ -30,11 +30,11 @@ pub use generated::{
     V6N_NAT46_STATE_MAX as NAT46_STATE_MAX, V6N_NAT46_VIPS_MAX as NAT46_VIPS_MAX,
 };
 pub use generated::{
-    v6n_nat64_pool_value as Nat64PoolValue, v6n_nat64_port as Nat64Port, V6N_CT_CLOSING as CT_CLOSING,
-    V6N_CT_ESTABLISHED as CT_ESTABLISHED, V6N_CT_FIN_IN as CT_FIN_IN, V6N_CT_FIN_OUT as CT_FIN_OUT, V6N_CT_RESET as CT_RESET,
+    v6n_nat64_pool_value as Nat64PoolValue, V6N_CT_CLOSING as CT_CLOSING, V6N_CT_ESTABLISHED as CT_ESTABLISHED,
+    V6N_CT_FIN_IN as CT_FIN_IN, V6N_CT_FIN_OUT as CT_FIN_OUT, V6N_CT_RESET as CT_RESET,
     V6N_NAT64_FILTER_ADDRESS_DEPENDENT as NAT64_FILTER_ADDRESS_DEPENDENT,
     V6N_NAT64_FILTER_ENDPOINT_INDEPENDENT as NAT64_FILTER_ENDPOINT_INDEPENDENT, V6N_NAT64_POOL_MAX as NAT64_POOL_MAX,
-    V6N_NAT64_PORTS_MAX as NAT64_PORTS_MAX, V6N_NAT64_SOURCES_MAX as NAT64_SOURCES_MAX, V6N_NAT64_STATE_MAX as NAT64_STATE_MAX,
+    V6N_NAT64_SOURCES_MAX as NAT64_SOURCES_MAX, V6N_NAT64_STATE_MAX as NAT64_STATE_MAX,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -62,7 +62,6 @@ mod pod {
     unsafe impl aya::Pod for SockRevnatValue {}
     unsafe impl aya::Pod for CtKey {}
     unsafe impl aya::Pod for CtValue {}
-    unsafe impl aya::Pod for Nat64Port {}
     unsafe impl aya::Pod for Nat64PoolValue {}
     unsafe impl aya::Pod for LbConfig {}
     unsafe impl aya::Pod for MaglevTable {}
@@ -86,9 +85,7 @@ pub mod maps {
     pub const NAT64_STATE: &str = "v6n_nat64_state";
     pub const NAT64_SOURCES: &str = "v6n_nat64_src";
     pub const NAT64_POOL: &str = "v6n_nat64_pool";
-    pub const NAT64_FREE_TCP: &str = "v6n_nat64_free_tcp";
-    pub const NAT64_FREE_UDP: &str = "v6n_nat64_free_udp";
-    pub const NAT64_FREE_ICMP: &str = "v6n_nat64_free_icmp";
+    pub const NAT64_POOL_ADDRS: &str = "v6n_nat64_pool_addrs";
     /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
     pub const ENDPOINTS: &str = "v6n_endpoints";
     /// Declared in `bpf/lib/lb.h`: Services, their backends and frontends.
@@ -251,9 +248,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Lpm6Key>(), 20);
         assert_eq!(std::mem::size_of::<Lpm4Key>(), 8);
         assert_eq!(std::mem::size_of::<EamValue>(), 28);
-        assert_eq!(std::mem::size_of::<Nat64Config>(), 64);
+        assert_eq!(std::mem::size_of::<Nat64Config>(), 76);
         assert_eq!(std::mem::size_of::<CtLifetimes>(), 20);
-        assert_eq!(std::mem::size_of::<Nat64Port>(), 8);
         assert_eq!(std::mem::size_of::<EndpointKey>(), 16);
         assert_eq!(std::mem::size_of::<EndpointValue>(), 20);
         assert_eq!(std::mem::size_of::<ServiceKey>(), 24);

@@ -61,6 +61,7 @@ pub fn lifetime_ns(lifetimes: &CtLifetimes, proto: u8, value: &CtValue) -> u64 {
 }
 
 /// Whether BPF still finds `value` live at `now`.
+#[cfg(test)]
 pub fn is_live(lifetimes: &CtLifetimes, proto: u8, value: &CtValue, now: u64) -> bool {
     now.saturating_sub(value.last_seen_ns) <= lifetime_ns(lifetimes, proto, value)
 }

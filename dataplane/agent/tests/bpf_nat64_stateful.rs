@@ -32,14 +32,18 @@ const TCP_FIN_ACK: u8 = 0x11;
 const TCP_RST: u8 = 0x04;
 
 /// The namespace and the translator with one pool address, ports (and echo
-/// identifiers) `first..=last` queued in order, for CLIENT and CLIENT2.
+/// identifiers) `first..=last`, for CLIENT and CLIENT2.
 fn gateway(test: &str, filtering: u32, first: u16, last: u16) -> (Net, Xlat) {
+    gateway_with_pool(test, &[POOL], filtering, first, last)
+}
+
+fn gateway_with_pool(test: &str, pool: &[Ipv4Addr], filtering: u32, first: u16, last: u16) -> (Net, Xlat) {
     let net = Net::enter();
     ip("neigh add 2001:db8:6::100 lladdr 02:00:00:00:06:64 dev v6 nud permanent");
     ip("neigh add 2001:db8:6::101 lladdr 02:00:00:00:06:65 dev v6 nud permanent");
     ip("neigh add 192.0.2.3 lladdr 02:00:00:00:04:03 dev v4 nud permanent");
     let mut xlat = Xlat::load(test);
-    xlat.enable_stateful(&[POOL], CLIENT, 127, first, last, filtering);
+    xlat.enable_stateful(pool, CLIENT, 127, first, last, filtering);
     (net, xlat)
 }
 
@@ -111,13 +115,15 @@ fn a_udp_client_borrows_a_pool_address_and_port_and_the_answer_comes_back() {
     let out = &run.packet;
     assert_eq!(&out[0..6], &V4_HOST_MAC);
     assert_well_formed(out);
-    assert_eq!(v4_source(out), (POOL, 1024), "the first free port");
+    let (source, port) = v4_source(out);
+    assert_eq!(source, POOL);
+    assert!((1024..=1031).contains(&port), "a port of the range: {port}");
     let ip = l3(out);
     assert_eq!(&ip[16..20], &SERVER.octets());
     assert_eq!(&ip[22..24], &53u16.to_be_bytes());
     assert_eq!(&ip[28..], b"query");
 
-    let run = xlat.run(&udp_in(SERVER, 1024), net.v4);
+    let run = xlat.run(&udp_in(SERVER, port), net.v4);
     assert_eq!(run.verdict, TC_ACT_REDIRECT);
     let back = &run.packet;
     assert_eq!(&back[12..14], &ETH_IPV6);
@@ -292,9 +298,12 @@ fn echo_identifiers_are_mapped_both_ways_with_checksums_mended() {
     let ip = l3(&run.packet);
     assert_eq!((ip[9], ip[20]), (1, 8), "an ICMP echo request");
     assert_eq!(&ip[12..16], &POOL.octets());
-    assert_eq!(&ip[24..28], &[0x04, 0x00, 0, 7], "the pool's identifier 1024, the sequence kept");
+    let id = u16::from_be_bytes([ip[24], ip[25]]);
+    assert!((1024..=1031).contains(&id), "an identifier of the pool's range: {id}");
+    assert_eq!(&ip[26..28], &[0, 7], "the sequence kept");
 
-    let pong = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(0, 0, [0x04, 0x00, 0, 7], b"ping"), Some(2)));
+    let [hi, lo] = id.to_be_bytes();
+    let pong = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(0, 0, [hi, lo, 0, 7], b"ping"), Some(2)));
     let run = xlat.run(&pong, net.v4);
     assert_eq!(run.verdict, TC_ACT_REDIRECT);
     assert_well_formed(&run.packet);
@@ -303,35 +312,68 @@ fn echo_identifiers_are_mapped_both_ways_with_checksums_mended() {
     assert_eq!(&ip[24..40], &CLIENT.octets());
     assert_eq!(&ip[44..48], &[0x12, 0x34, 0, 7], "the client's identifier");
 
-    let unasked = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(0, 0, [0x04, 0x01, 0, 7], b"ping"), Some(2)));
+    let [hi, lo] = if id == 1024 { 1025u16 } else { 1024 }.to_be_bytes();
+    let unasked = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(0, 0, [hi, lo, 0, 7], b"ping"), Some(2)));
     assert_eq!(xlat.run(&unasked, net.v4).verdict, TC_ACT_SHOT, "a reply to no request");
 }
 
 #[test]
 fn an_exhausted_pool_refuses_new_flows_counted_and_keeps_the_old_ones() {
-    let (net, xlat) = gateway("exhaust", ENDPOINT_INDEPENDENT, 2000, 2002);
-    let ports: Vec<u16> = (0..3).map(|i| bind(&xlat, &net, &udp_out(CLIENT, 40000 + i, SERVER))).collect();
-    assert_eq!(ports, [2000, 2001, 2002]);
-    assert_eq!(xlat.run(&udp_out(CLIENT, 40003, SERVER), net.v6).verdict, TC_ACT_SHOT);
+    let (net, xlat) = gateway("exhaust", ENDPOINT_INDEPENDENT, 2000, 2199);
+    let mut ports: Vec<u16> = (0..200).map(|i| bind(&xlat, &net, &udp_out(CLIENT, 40000 + i, SERVER))).collect();
+    ports.sort_unstable();
+    assert_eq!(ports, (2000..=2199).collect::<Vec<u16>>(), "every port, the last ones found by the scan");
+    assert_eq!(xlat.run(&udp_out(CLIENT, 40200, SERVER), net.v6).verdict, TC_ACT_SHOT);
     assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_POOL_EXHAUSTED), 1);
-    for (i, port) in ports.iter().enumerate() {
-        assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40000 + i as u16, SERVER)), *port, "existing flows untouched");
-        let run = xlat.run(&udp_in(SERVER, *port), net.v4);
-        assert_eq!(v6_destination(&run.packet), (CLIENT, 40000 + i as u16));
+    for i in 0..200 {
+        let port = bind(&xlat, &net, &udp_out(CLIENT, 40000 + i, SERVER));
+        let run = xlat.run(&udp_in(SERVER, port), net.v4);
+        assert_eq!(v6_destination(&run.packet), (CLIENT, 40000 + i), "existing flows untouched");
     }
     assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_POOL_EXHAUSTED), 1);
 }
 
 #[test]
-fn an_expired_binding_is_never_revived_and_its_port_waits_for_the_sweep() {
-    let (net, mut xlat) = gateway("expiry", ENDPOINT_INDEPENDENT, 1024, 1031);
+fn an_expired_bindings_port_is_taken_over_at_once_and_never_revived() {
+    let (net, mut xlat) = gateway("expiry", ENDPOINT_INDEPENDENT, 1024, 1024);
     let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    assert_eq!(xlat.run(&udp_out(CLIENT, 40001, SERVER), net.v6).verdict, TC_ACT_SHOT, "the one port is held");
     xlat.age(&pool_side(17, port), 301);
     assert_eq!(xlat.run(&udp_in(SERVER, port), net.v4).verdict, TC_ACT_SHOT, "UDP lives 5 min");
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
-    let again = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
-    assert_ne!(again, port, "a new binding, from the queue: the old port is the sweep's to give back");
-    assert_eq!(xlat.run(&udp_in(SERVER, again), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40001, SERVER)), port, "expired: free at once, before any sweep");
+    let run = xlat.run(&udp_in(SERVER, port), net.v4);
+    assert_eq!(v6_destination(&run.packet), (CLIENT, 40001), "the port's new client");
+    assert_eq!(xlat.run(&udp_out(CLIENT, 40000, SERVER), net.v6).verdict, TC_ACT_SHOT, "the old client's binding is gone");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_POOL_EXHAUSTED), 2);
+}
+
+#[test]
+fn a_permit_of_the_ports_previous_client_admits_nothing() {
+    let (net, mut xlat) = gateway("generation", ADDRESS_DEPENDENT, 1024, 1024);
+    let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    xlat.age(&pool_side(17, port), 301);
+    assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40001, SERVER2)), port);
+    assert_eq!(xlat.run(&udp_in(SERVER, port), net.v4).verdict, TC_ACT_SHOT, "SERVER was the old client's");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_FILTERED), 1);
+    assert_eq!(xlat.run(&udp_in(SERVER2, port), net.v4).verdict, TC_ACT_REDIRECT);
+    assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40001, SERVER)), port);
+    assert_eq!(xlat.run(&udp_in(SERVER, port), net.v4).verdict, TC_ACT_REDIRECT, "contacted by the new client now");
+}
+
+#[test]
+fn one_clients_flows_all_leave_from_one_pool_address() {
+    let pool = [POOL, Ipv4Addr::new(203, 0, 113, 2), Ipv4Addr::new(203, 0, 113, 3), Ipv4Addr::new(203, 0, 113, 4)];
+    let (net, xlat) = gateway_with_pool("paired", &pool, ENDPOINT_INDEPENDENT, 1024, 2047);
+    let sources: std::collections::BTreeSet<Ipv4Addr> = (0..16)
+        .map(|i| {
+            let run = xlat.run(&udp_out(CLIENT, 40000 + i, SERVER), net.v6);
+            assert_eq!(run.verdict, TC_ACT_REDIRECT);
+            v4_source(&run.packet).0
+        })
+        .collect();
+    assert_eq!(sources.len(), 1, "paired (RFC 4787 REQ-2): {sources:?}");
+    assert!(pool.contains(sources.first().unwrap()));
 }
 
 #[test]

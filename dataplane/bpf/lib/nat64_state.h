@@ -52,21 +52,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_nat64_pool SEC(".maps");
 
-#define V6N_NAT64_FREE_PORTS(name)                                   \
-	struct {                                                     \
-		__uint(type, BPF_MAP_TYPE_QUEUE);                    \
-		__uint(max_entries, V6N_NAT64_PORTS_MAX);            \
-		__type(value, struct v6n_nat64_port);                \
-		__uint(pinning, LIBBPF_PIN_BY_NAME);                 \
-	} name SEC(".maps")
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, V6N_NAT64_POOL_MAX);
+	__type(key, __u32);
+	__type(value, __be32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_nat64_pool_addrs SEC(".maps");
 
-V6N_NAT64_FREE_PORTS(v6n_nat64_free_tcp);
-V6N_NAT64_FREE_PORTS(v6n_nat64_free_udp);
-V6N_NAT64_FREE_PORTS(v6n_nat64_free_icmp);
-
-/* Ports popped that turn out to be held (returned twice) are skipped; a
- * handful of tries covers any such leftovers of a pool change. */
-#define V6N_NAT64_BIND_TRIES 4
+/* A new binding first tries random ports (RFC 6056): with a share f of
+ * the paired address's ports held by live bindings, all 8 miss with
+ * probability f^8 (17% at f = 0.8). Then it scans consecutive ports from
+ * a random one: a range of up to V6N_NAT64_SCAN_PORTS ports is filled to
+ * its last port, and a larger one nearly so. */
+#define V6N_NAT64_BIND_TRIES 8
+#define V6N_NAT64_SCAN_PORTS 1024
 
 /* The transport fields of a packet the stateful path rewrites. */
 struct v6n_nat64_l4 {
@@ -88,7 +88,7 @@ struct v6n_nat64_scratch {
 	struct v6n_ct_key peer_key; /* NAT46 gateway: another flow's */
 	struct v6n_ct_value value;
 	struct v6n_nat64_l4 l4;
-	struct v6n_nat64_port port;
+	__be32 pool_addr; /* the address a new binding borrows from */
 	__u8 l4_header[16]; /* the transport header's first bytes */
 	__be32 ipv4_addrs[2]; /* inbound: the server, the pool address */
 	__u8 quote[48];       /* an ICMP error's quoted header and 8 bytes */
@@ -246,66 +246,148 @@ static __always_inline int v6n_nat64_write_port(struct __sk_buff *skb, const str
 	return 0;
 }
 
-static __always_inline long v6n_nat64_take_port(__u8 proto, struct v6n_nat64_port *port)
+/* The pool address a client's bindings borrow from: the same for all of
+ * them (paired pooling, RFC 4787 REQ-2: an IPv4 server that ties a session
+ * to its client's address sees one address), spread over the pool by a
+ * hash of the client's address. */
+static __always_inline int v6n_nat64_paired_address(const struct v6n_nat64_config *cfg, const __u8 client[16], __be32 *addr)
 {
-	if (proto == IPPROTO_TCP)
-		return bpf_map_pop_elem(&v6n_nat64_free_tcp, port);
-	if (proto == IPPROTO_UDP)
-		return bpf_map_pop_elem(&v6n_nat64_free_udp, port);
-	return bpf_map_pop_elem(&v6n_nat64_free_icmp, port);
+	__u32 words[4], hash = 0;
+	int i;
+
+	if (!cfg->pool_size)
+		return -1;
+	__builtin_memcpy(words, client, 16);
+	for (i = 0; i < 4; i++)
+		hash = (hash ^ words[i]) * 0x9e3779b1;
+	__u32 index = (hash ^ (hash >> 16)) % cfg->pool_size;
+	__be32 *found = bpf_map_lookup_elem(&v6n_nat64_pool_addrs, &index);
+	if (!found)
+		return -1;
+	*addr = *found;
+	return 0;
 }
 
-static __always_inline void v6n_nat64_give_back_port(__u8 proto, const struct v6n_nat64_port *port)
+/* The protocol's range of ports (ICMP: echo identifiers), host order. */
+static __always_inline void v6n_nat64_range(const struct v6n_nat64_config *cfg, __u8 proto, __u16 *first, __u32 *span)
 {
+	__u16 last = cfg->icmp_last;
+
+	*first = cfg->icmp_first;
 	if (proto == IPPROTO_TCP)
-		bpf_map_push_elem(&v6n_nat64_free_tcp, port, 0);
+		*first = cfg->tcp_first, last = cfg->tcp_last;
 	else if (proto == IPPROTO_UDP)
-		bpf_map_push_elem(&v6n_nat64_free_udp, port, 0);
-	else
-		bpf_map_push_elem(&v6n_nat64_free_icmp, port, 0);
+		*first = cfg->udp_first, last = cfg->udp_last;
+	*span = (__u32)last - *first + 1;
+}
+
+/* Frees the port under pool_key when its binding has expired (an expired
+ * binding is never brought back): removed here, before any sweep, so the
+ * port is bound again at once. 0: free now. Two clients racing for the
+ * same random port of the same address at once both may remove; then the
+ * later insert fails for one of them, which tries another port. */
+static __always_inline int v6n_nat64_reclaim(const struct v6n_nat64_config *cfg, const struct v6n_ct_key *pool_key, __u64 now)
+{
+	struct v6n_ct_value *held = bpf_map_lookup_elem(&v6n_nat64_state, pool_key);
+
+	if (held && !v6n_ct_expired(&cfg->lifetimes, held, pool_key->proto, now))
+		return -1;
+	bpf_map_delete_elem(&v6n_nat64_state, pool_key);
+	return 0;
+}
+
+/* Puts the binding in s->value under the pool side of `port` (network
+ * order) when the port is free or its binding has expired. 0: bound;
+ * else -1, or -2 when the table is full. */
+static __always_inline int v6n_nat64_try_port(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s, __be16 port,
+					      __u64 now)
+{
+	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&s->pool_addr, port, s->client_key.proto);
+	if (v6n_nat64_reclaim(cfg, &s->pool_key, now) < 0)
+		return -1;
+	long err = bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, &s->value, BPF_NOEXIST);
+	if (err == -17 /* EEXIST: another client's, made just now */)
+		return -1;
+	return err ? -2 : 0;
+}
+
+/* bpf_loop's state for the scan of consecutive ports. */
+struct v6n_nat64_scan {
+	__u64 now;
+	__u32 start; /* offset in the range of the first port scanned */
+	__u32 span;
+	__u16 first;
+	__s16 result; /* as v6n_nat64_try_port's; 1 while nothing was found */
+};
+
+static long v6n_nat64_scan_step(__u32 i, void *ctx)
+{
+	struct v6n_nat64_scan *scan = ctx;
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
+
+	if (!cfg || !s || !scan->span)
+		return 1;
+	int result = v6n_nat64_try_port(cfg, s, bpf_htons(scan->first + (scan->start + i) % scan->span), scan->now);
+	if (result == -1)
+		return 0;
+	scan->result = result;
+	return 1;
 }
 
 /*
- * A new binding for the client `client_key` names: a free pool port, its
- * pool side written first (so that a client side never names nothing).
- * Returns 0 or a drop reason, with the pool side's key in pool_key.
+ * A new binding for the client `client_key` names: a port of its paired
+ * pool address, free or freed from an expired binding, its pool side
+ * written first (so that a client side never names nothing). Returns 0 or
+ * a drop reason, with the pool side's key in pool_key.
  */
-static __always_inline int v6n_nat64_bind(struct v6n_nat64_scratch *s, __u64 now)
+static __always_inline int v6n_nat64_bind(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s, __u64 now)
 {
 	const struct v6n_ct_key *client_key = &s->client_key;
 	struct v6n_ct_value *value = &s->value;
-	int i;
+	struct v6n_nat64_scan scan = { .now = now, .result = 1 };
+	int i, result = -1;
 
+	if (v6n_nat64_paired_address(cfg, client_key->saddr, &s->pool_addr) < 0)
+		return V6N_REASON_DROP_POOL_EXHAUSTED;
 	__builtin_memset(value, 0, sizeof(*value));
 	__builtin_memcpy(value->daddr, client_key->saddr, 16);
 	value->dport = client_key->sport;
 	value->last_seen_ns = now;
 	value->flags = V6N_CT_REPLY;
-	for (i = 0; i < V6N_NAT64_BIND_TRIES; i++) {
-		if (v6n_nat64_take_port(client_key->proto, &s->port) < 0)
-			return V6N_REASON_DROP_POOL_EXHAUSTED;
-		v6n_nat64_pool_key(&s->pool_key, s->port.addr, s->port.port, client_key->proto);
-		long err = bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, value, BPF_NOEXIST);
-		if (err == 0)
-			break;
-		if (err != -17 /* EEXIST: still held, the agent returns it when it expires */) {
-			v6n_nat64_give_back_port(client_key->proto, &s->port);
-			return V6N_REASON_DROP_STATE_FULL;
-		}
+	value->backend_id = bpf_get_prandom_u32() | 1; /* the generation its permits carry */
+	v6n_nat64_range(cfg, client_key->proto, &scan.first, &scan.span);
+	for (i = 0; i < V6N_NAT64_BIND_TRIES && result == -1; i++)
+		result = v6n_nat64_try_port(cfg, s, bpf_htons(scan.first + bpf_get_prandom_u32() % scan.span), now);
+	if (result == -1) {
+		scan.start = bpf_get_prandom_u32() % scan.span;
+		bpf_loop(scan.span < V6N_NAT64_SCAN_PORTS ? scan.span : V6N_NAT64_SCAN_PORTS, v6n_nat64_scan_step, &scan, 0);
+		result = scan.result == 1 ? -1 : scan.result;
 	}
-	if (i == V6N_NAT64_BIND_TRIES)
+	if (result == -1)
 		return V6N_REASON_DROP_POOL_EXHAUSTED;
+	if (result < 0)
+		return V6N_REASON_DROP_STATE_FULL;
 
 	__builtin_memset(value, 0, sizeof(*value));
-	v6n_v4mapped(value->saddr, s->port.addr);
-	value->sport = s->port.port;
+	v6n_v4mapped(value->saddr, (const __u8 *)&s->pool_addr);
+	value->sport = s->pool_key.dport;
 	value->last_seen_ns = now; /* made then: the agent leaves young entries alone */
 	if (bpf_map_update_elem(&v6n_nat64_state, client_key, value, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&v6n_nat64_state, &s->pool_key);
-		v6n_nat64_give_back_port(client_key->proto, &s->port);
 		return V6N_REASON_DROP_STATE_FULL;
 	}
 	return 0;
+}
+
+/* Address-dependent filtering: the permit under `permit_key` (the
+ * binding's pool side, from a server) was made for this binding, not for
+ * the port's previous client. */
+static __always_inline int v6n_nat64_permitted(const struct v6n_ct_key *permit_key, const struct v6n_ct_value *binding)
+{
+	const struct v6n_ct_value *permit = bpf_map_lookup_elem(&v6n_nat64_state, permit_key);
+
+	return permit && permit->backend_id == binding->backend_id;
 }
 
 /*
@@ -344,7 +426,7 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 	if (!binding) {
 		if (!s->l4.may_bind)
 			return -V6N_REASON_DROP_NO_BINDING;
-		reason = v6n_nat64_bind(s, now);
+		reason = v6n_nat64_bind(cfg, s, now);
 		if (reason)
 			return -reason;
 		binding = bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key);
@@ -355,11 +437,11 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
 		/* The permit's key: the binding's pool side, from the server. */
 		v6n_v4mapped(s->pool_key.saddr, (const __u8 *)&server);
-		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key)) {
+		if (!v6n_nat64_permitted(&s->pool_key, binding)) {
 			__builtin_memset(&s->value, 0, sizeof(s->value));
 			s->value.last_seen_ns = now; /* made then */
-			if (bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, &s->value, BPF_NOEXIST) < 0 &&
-			    !bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key))
+			s->value.backend_id = binding->backend_id;
+			if (bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, &s->value, BPF_ANY) < 0)
 				return -V6N_REASON_DROP_STATE_FULL;
 		}
 	}
@@ -403,7 +485,7 @@ static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct 
 		s->client_key.dport = s->pool_key.dport;
 		s->client_key.proto = s->pool_key.proto;
 		s->client_key.pad[0] = s->client_key.pad[1] = s->client_key.pad[2] = 0;
-		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key))
+		if (!v6n_nat64_permitted(&s->client_key, binding))
 			return V6N_REASON_DROP_FILTERED;
 	}
 	__builtin_memcpy(client, binding->daddr, 16);
@@ -490,7 +572,7 @@ static __noinline v6n_outcome v6n_nat64_hairpin(struct __sk_buff *skb, __be32 po
 		return V6N_DROP(V6N_REASON_DROP_NO_BINDING);
 	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
 		v6n_v4mapped(s->pool_key.saddr, (const __u8 *)&pool_src);
-		if (!bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key))
+		if (!v6n_nat64_permitted(&s->pool_key, binding))
 			return V6N_DROP(V6N_REASON_DROP_FILTERED);
 	}
 	struct v6n_ct_value *out = &s->value;

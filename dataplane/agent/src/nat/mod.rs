@@ -40,9 +40,11 @@ impl Nat {
         }
         let fragment_mtu = fragmentation_link(netlink).await;
         let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
+        // The pool in place before the translator's config says its size.
+        let stateful = stateful::sync(pin_dir, config.nat64.stateful.as_ref())?;
         let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
         stats.fragment_mtu = fragment_mtu;
-        stats.stateful = stateful::sync(pin_dir, config.nat64.stateful.as_ref())?;
+        stats.stateful = stateful;
         stats.nat46 = gateway::sync(pin_dir, config.nat46.as_ref())?;
         if let Some(gateway) = &stats.nat46 {
             log::info!("NAT46 gateway: {} frontend(s), clients from {}", gateway.frontends.len(), gateway.source_prefix);
@@ -62,8 +64,8 @@ impl Nat {
         Ok(Some(stats))
     }
 
-    /// The sweeps' timer: stateful NAT64 ends expired bindings and gives
-    /// their ports back, the gateway ends idle flows; `stats` then shows
+    /// The sweeps' timer: stateful NAT64 removes expired bindings (their
+    /// ports were free again at once), the gateway ends idle flows; `stats` then shows
     /// the pool's use and each backend's flows. Errors are logged: the next
     /// tick tries again. Returns whether `stats` changed.
     pub fn sweep(&mut self, pin_dir: &Path, config: &Config, stats: &mut Nat64Stats) -> bool {

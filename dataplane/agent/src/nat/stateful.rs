@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Stateful NAT64's tables (`bpf/lib/nat64_state.h`, layout in `abi.h`):
-//! the pool, the sources that may use it and the queues of free ports,
-//! kept equal to `[nat64.stateful]`; and the sweep, the timer that ends
-//! expired bindings and gives their ports back.
+//! the pool, by address and by place, and the sources that may use it,
+//! kept equal to `[nat64.stateful]`; and the sweep, the timer that removes
+//! expired bindings to keep the table small. Ports never wait for it: the
+//! datapath takes over the port of an expired binding at once.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -12,10 +13,10 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use aya::maps::{HashMap as BpfHashMap, LpmTrie, MapData, Queue};
+use aya::maps::{Array, HashMap as BpfHashMap, LpmTrie, MapData};
 use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, CtKey, CtValue, Nat64Config, Nat64PoolValue, Nat64Port};
+use v6node_abi::{maps, CtKey, CtValue, Nat64Config, Nat64PoolValue};
 use v6node_config::{Nat64Stateful, PortRange};
 
 use crate::{
@@ -27,8 +28,7 @@ use crate::{
 const TCP: u8 = libc::IPPROTO_TCP as u8;
 const UDP: u8 = libc::IPPROTO_UDP as u8;
 const ICMP: u8 = libc::IPPROTO_ICMP as u8;
-const PROTOCOLS: [(u8, &str, &str); 3] =
-    [(TCP, "tcp", maps::NAT64_FREE_TCP), (UDP, "udp", maps::NAT64_FREE_UDP), (ICMP, "icmp", maps::NAT64_FREE_ICMP)];
+const PROTOCOLS: [(u8, &str); 3] = [(TCP, "tcp"), (UDP, "udp"), (ICMP, "icmp")];
 
 /// Use of one pool address for one protocol.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -45,7 +45,7 @@ pub struct StatefulStats {
     pub pool: Vec<PoolUse>,
     pub sources: usize,
     pub filtering: String,
-    /// The pool and ranges the free-port queues hold; a change refills them.
+    /// The pool and its ranges, as configured.
     pub layout: String,
     pub bindings: usize,
     /// Address-dependent filtering: (binding, server address) pairs.
@@ -60,13 +60,6 @@ pub struct StatefulStats {
 fn layout(stateful: &Nat64Stateful) -> String {
     let pool: Vec<String> = stateful.pool.iter().map(Ipv4Addr::to_string).collect();
     format!("{} tcp {} udp {} icmp {}", pool.join(","), stateful.tcp_ports, stateful.udp_ports, stateful.icmp_ids)
-}
-
-/// The layout's fingerprint kept beside the maps (`pool_layout` in the
-/// translator's config), so that it lives and dies with the queues it
-/// describes. FNV-1a: stable across builds of the agent.
-fn fingerprint(layout: &str) -> u32 {
-    layout.bytes().fold(0x811c9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x01000193)).max(1)
 }
 
 fn range_of(stateful: &Nat64Stateful, proto: u8) -> PortRange {
@@ -133,16 +126,15 @@ fn plan_pool(current: &HashMap<u32, u32>, pool: &[Ipv4Addr]) -> PoolPlan {
 }
 
 /// Makes the tables hold `[nat64.stateful]` (or nothing, when it is
-/// absent). Runs after `translator::sync_nat64` has written the lifetimes. The
-/// free-port queues are refilled only when the pool or a range changed
-/// (by the fingerprint beside them), so a restart or reload keeps every
-/// binding and hands out no port twice.
+/// absent). Runs before `translator::sync_nat64` writes the pool's size:
+/// each address is in place (by address, then by place) before a binding
+/// may borrow it. A restart or reload keeps every binding.
 pub fn sync(pin_dir: &Path, stateful: Option<&Nat64Stateful>) -> Result<Option<StatefulStats>> {
-    let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-    let mut translator = config.get(&0, 0).context("reading the NAT64 config (written first)")?;
-    let filled = translator.pool_layout;
+    let config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
+    let had_pool = config.get(&0, 0).is_ok_and(|c| c.pool_size != 0);
     let mut sources: LpmTrie<MapData, [u8; 16], u8> = bpf::open_pinned_map(pin_dir, maps::NAT64_SOURCES)?;
     let mut pool: BpfHashMap<MapData, u32, Nat64PoolValue> = bpf::open_pinned_map(pin_dir, maps::NAT64_POOL)?;
+    let mut by_place: Array<MapData, u32> = bpf::open_pinned_map(pin_dir, maps::NAT64_POOL_ADDRS)?;
     let wanted_sources: Vec<(sync::Prefix<16>, u8)> = stateful
         .map(|s| s.sources.iter().map(|n: &Ipv6Net| ((u32::from(n.prefix_len()), n.network().octets()), 1u8)).collect())
         .unwrap_or_default();
@@ -158,76 +150,25 @@ pub fn sync(pin_dir: &Path, stateful: Option<&Nat64Stateful>) -> Result<Option<S
     let planned = plan_pool(&current, stateful.map_or(&[][..], |s| &s.pool[..]));
     for (addr, value) in &planned.writes {
         pool.insert(addr, value, 0).context("writing a NAT64 pool address")?;
+        by_place.set(value.index, addr, 0).context("writing a NAT64 pool address by place")?;
     }
     for addr in &planned.stale {
         pool.remove(addr).context("removing a NAT64 pool address")?;
     }
 
     let Some(stateful) = stateful else {
-        if filled != 0 {
-            for (_, _, queue) in PROTOCOLS {
-                drain(pin_dir, queue)?;
-            }
+        // No source may bind any more: what is left goes.
+        if had_pool {
             let state = StateTable::open(pin_dir, maps::NAT64_STATE)?;
             let keys: Vec<CtKey> = state.entries()?.into_iter().map(|(key, _)| key).collect();
             state.remove(&keys)?;
-            translator.pool_layout = 0;
-            config.insert(0, translator, 0).context("writing the NAT64 config")?;
         }
         return Ok(None);
     };
-    let layout = layout(stateful);
-    if filled != fingerprint(&layout) {
-        refill(pin_dir, stateful)?;
-        translator.pool_layout = fingerprint(&layout);
-        config.insert(0, translator, 0).context("writing the NAT64 config")?;
-        log::info!("NAT64 pool {layout}: free ports queued");
+    if !planned.writes.is_empty() || !planned.stale.is_empty() {
+        log::info!("NAT64 pool {}", layout(stateful));
     }
-    let mut stats = sweep(pin_dir, stateful)?;
-    stats.layout = layout;
-    Ok(Some(stats))
-}
-
-fn drain(pin_dir: &Path, name: &str) -> Result<usize> {
-    let mut queue: Queue<MapData, Nat64Port> = bpf::open_pinned_map(pin_dir, name)?;
-    let mut drained = 0;
-    while queue.pop(0).is_ok() {
-        drained += 1;
-    }
-    Ok(drained)
-}
-
-/// Empties each free-port queue and fills it with every port of the
-/// ranges no live binding holds, shuffled: ports are hard to guess (RFC
-/// 6056) and spread over the pool's addresses.
-fn refill(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<()> {
-    let now = monotonic_ns();
-    let lifetimes = conntrack::nat64_lifetimes(stateful);
-    let mut held: HashSet<(u8, [u8; 16], u16)> = HashSet::new();
-    for (key, value) in StateTable::open(pin_dir, maps::NAT64_STATE)?.entries()? {
-        if matches!(kind(&key), Entry::PoolSide) && conntrack::is_live(&lifetimes, key.proto, &value, now) {
-            held.insert((key.proto, key.daddr, key.dport));
-        }
-    }
-    for (proto, _, name) in PROTOCOLS {
-        drain(pin_dir, name)?;
-        let range = range_of(stateful, proto);
-        let mut free: Vec<Nat64Port> = Vec::with_capacity(range.count() * stateful.pool.len());
-        for addr in &stateful.pool {
-            let mapped = addr.to_ipv6_mapped().octets();
-            for port in range.iter() {
-                if !held.contains(&(proto, mapped, port.to_be())) {
-                    free.push(Nat64Port { addr: addr.octets(), port: port.to_be(), pad: 0 });
-                }
-            }
-        }
-        fastrand::shuffle(&mut free);
-        let mut queue: Queue<MapData, Nat64Port> = bpf::open_pinned_map(pin_dir, name)?;
-        for port in free {
-            queue.push(port, 0).with_context(|| format!("queueing a free port in {name}"))?;
-        }
-    }
-    Ok(())
+    sweep(pin_dir, stateful).map(Some)
 }
 
 /// What a sweep ends, decided from the state table as read at one instant.
@@ -237,10 +178,10 @@ struct SweepPlan {
     /// first, so that none outlives its binding into the port's next one.
     gone_permits: Vec<CtKey>,
     kept_permits: usize,
-    /// The pool sides of expired bindings.
-    expired: Vec<CtKey>,
-    /// Their ports the pool still has, by protocol, back to the queues.
-    ports_back: Vec<(u8, Nat64Port)>,
+    /// The pool sides of expired bindings, as read: each goes only if it
+    /// still holds that value, since a new client may have just taken its
+    /// port over.
+    expired: Vec<(CtKey, CtValue)>,
     /// Client sides no live binding names, as read: each goes only if it
     /// still holds that value, since a packet may have just made it new.
     gone_clients: Vec<(CtKey, CtValue)>,
@@ -274,17 +215,13 @@ fn plan_sweep(entries: Vec<(CtKey, CtValue)>, stateful: &Nat64Stateful, now: u64
         .collect();
     let old = |made: u64| conntrack::is_old(made, now);
     let (gone_permits, kept_permits): (Vec<(CtKey, CtValue)>, Vec<_>) = permits.into_iter().partition(|(permit, value)| {
-        let binding = pool_key_of_permit(permit);
-        expired.contains(&binding) || (!pool_sides.contains_key(&binding) && old(value.last_seen_ns))
+        let key = pool_key_of_permit(permit);
+        match pool_sides.get(&key) {
+            // One made for the port's previous client admits nothing.
+            Some(binding) => expired.contains(&key) || binding.backend_id != value.backend_id,
+            None => old(value.last_seen_ns),
+        }
     });
-    let ports_back = expired
-        .iter()
-        .filter(|key| {
-            let range = range_of(stateful, key.proto);
-            stateful.pool.contains(&ipv4_of(&key.daddr)) && (range.first..=range.last).contains(&u16::from_be(key.dport))
-        })
-        .map(|key| (key.proto, Nat64Port { addr: ipv4_of(&key.daddr).octets(), port: key.dport, pad: 0 }))
-        .collect();
     let gone_clients = client_sides
         .into_iter()
         .filter(|(key, value)| {
@@ -296,10 +233,9 @@ fn plan_sweep(entries: Vec<(CtKey, CtValue)>, stateful: &Nat64Stateful, now: u64
             !live
         })
         .collect();
-    for key in &expired {
-        pool_sides.remove(key);
-    }
-    let expired: Vec<CtKey> = expired.into_iter().collect();
+    let mut expired: Vec<(CtKey, CtValue)> =
+        expired.into_iter().filter_map(|key| pool_sides.remove(&key).map(|value| (key, value))).collect();
+    expired.sort_unstable_by_key(|(key, _)| (key.proto, key.daddr, u16::from_be(key.dport)));
     let mut in_use: HashMap<(Ipv4Addr, u8), usize> = HashMap::new();
     for key in pool_sides.keys() {
         *in_use.entry((ipv4_of(&key.daddr), key.proto)).or_default() += 1;
@@ -308,7 +244,6 @@ fn plan_sweep(entries: Vec<(CtKey, CtValue)>, stateful: &Nat64Stateful, now: u64
         gone_permits: gone_permits.into_iter().map(|(key, _)| key).collect(),
         kept_permits: kept_permits.len(),
         expired,
-        ports_back,
         gone_clients,
         in_use,
         bindings: pool_sides.len(),
@@ -316,7 +251,7 @@ fn plan_sweep(entries: Vec<(CtKey, CtValue)>, stateful: &Nat64Stateful, now: u64
 }
 
 /// Ends what has expired: a binding (its pool side, then its client side)
-/// and its permits, its port back in its queue when the pool still has it.
+/// and its permits, unless a new client took the port over meanwhile.
 /// Counts what is left, per pool address and protocol.
 pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> {
     let started = Instant::now();
@@ -326,16 +261,7 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
     let now = monotonic_ns();
     let plan = plan_sweep(state.entries()?, stateful, now);
     state.remove(&plan.gone_permits)?;
-    let mut queues: HashMap<u8, Queue<MapData, Nat64Port>> = HashMap::new();
-    for (proto, _, name) in PROTOCOLS {
-        queues.insert(proto, bpf::open_pinned_map(pin_dir, name)?);
-    }
-    state.remove(&plan.expired)?;
-    for (proto, port) in &plan.ports_back {
-        let queue = queues.get_mut(proto).expect("one queue per protocol");
-        queue.push(port, 0).context("giving a port back")?;
-    }
-    for (key, value) in &plan.gone_clients {
+    for (key, value) in plan.expired.iter().chain(&plan.gone_clients) {
         if lookup.get(key, 0).ok().is_some_and(|now_value| now_value == *value) {
             let _ = lookup.remove(key);
         }
@@ -343,7 +269,7 @@ pub fn sweep(pin_dir: &Path, stateful: &Nat64Stateful) -> Result<StatefulStats> 
 
     let mut pool = Vec::new();
     for addr in &stateful.pool {
-        for (proto, name, _) in PROTOCOLS {
+        for (proto, name) in PROTOCOLS {
             pool.push(PoolUse {
                 address: addr.to_string(),
                 protocol: name.into(),
@@ -442,31 +368,43 @@ mod tests {
     }
 
     #[test]
-    fn an_expired_binding_goes_with_its_permits_and_its_port_comes_back() {
+    fn an_expired_binding_goes_with_its_permits() {
         let stateful = stateful("");
         let [live_pool, live_client] = binding(1, "203.0.113.1", 20000, 10);
         let [dead_pool, dead_client] = binding(2, "203.0.113.2", 20001, 400);
         let permits = [permit("203.0.113.1", 20000, "192.0.2.1", 10), permit("203.0.113.2", 20001, "192.0.2.1", 400)];
         let entries = vec![live_pool, live_client, dead_pool, dead_client, permits[0], permits[1]];
         let plan = plan_sweep(entries, &stateful, NOW);
-        assert_eq!(plan.expired, [dead_pool.0], "UDP lives 300 s");
+        assert_eq!(plan.expired, [dead_pool], "UDP lives 300 s");
         assert_eq!(plan.gone_permits, [permits[1].0]);
         assert_eq!(plan.kept_permits, 1);
-        assert_eq!(plan.ports_back, [(UDP, Nat64Port { addr: [203, 0, 113, 2], port: 20001u16.to_be(), pad: 0 })]);
         assert_eq!(plan.gone_clients, [dead_client]);
         assert_eq!(plan.bindings, 1);
         assert_eq!(plan.in_use, HashMap::from([(("203.0.113.1".parse().unwrap(), UDP), 1)]));
     }
 
     #[test]
-    fn a_port_outside_the_pool_now_is_not_given_back() {
+    fn a_binding_outside_the_pool_now_expires_like_any_other() {
         let stateful = stateful("");
         let [gone_address, _] = binding(1, "203.0.113.9", 20000, 400);
         let [out_of_range, _] = binding(2, "203.0.113.1", 30000, 400);
         let plan = plan_sweep(vec![gone_address, out_of_range], &stateful, NOW);
         assert_eq!(plan.expired.len(), 2);
-        assert!(plan.ports_back.is_empty());
         assert_eq!((plan.bindings, plan.in_use.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_permit_made_for_the_ports_previous_client_goes() {
+        let stateful = stateful("");
+        let [(pool_key, mut pool_side), client_side] = binding(2, "203.0.113.1", 20000, 1);
+        pool_side.backend_id = 7;
+        let (mine, mut mine_value) = permit("203.0.113.1", 20000, "192.0.2.1", 1);
+        mine_value.backend_id = 7;
+        let (previous, mut previous_value) = permit("203.0.113.1", 20000, "192.0.2.2", 400);
+        previous_value.backend_id = 3;
+        let entries = vec![(pool_key, pool_side), client_side, (mine, mine_value), (previous, previous_value)];
+        let plan = plan_sweep(entries, &stateful, NOW);
+        assert_eq!((plan.gone_permits.as_slice(), plan.kept_permits), (&[previous][..], 1));
     }
 
     #[test]
@@ -479,7 +417,7 @@ mod tests {
         let plan = plan_sweep(vec![orphan_client, young_client, old_permit, young_permit], &stateful, NOW);
         assert_eq!(plan.gone_clients, [orphan_client]);
         assert_eq!((plan.gone_permits.as_slice(), plan.kept_permits), (&[old_permit.0][..], 1));
-        assert!(plan.expired.is_empty() && plan.ports_back.is_empty());
+        assert!(plan.expired.is_empty());
     }
 
     #[test]

@@ -94,9 +94,7 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment
     let stale4 = sync_trie(&mut eam4, &eams.by_ipv4, &mut stats4, "EAM")?;
 
     let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-    // Not this sync's to change: stateful::sync writes it once the queues hold that pool.
-    let pool_layout = config.get(&0, 0).map_or(0, |old| old.pool_layout);
-    let value = nat64_config(nat64, nat46, fragment_mark, pool_layout);
+    let value = nat64_config(nat64, nat46, fragment_mark);
     config.insert(0, value, 0).context("writing the NAT64 prefix")?;
 
     remove_stale(&mut eam6, &stale6, "removing a stale EAM entry")?;
@@ -107,14 +105,13 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment
     Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None, nat46: None, fragment_mtu: None })
 }
 
-/// The translator's single configuration element; `pool_layout` is kept
-/// as it is in the table.
-fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32, pool_layout: u32) -> Nat64Config {
+/// The translator's single configuration element. Stateful NAT64's pool
+/// size counts addresses `stateful::sync` has written by place before.
+fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32) -> Nat64Config {
     let mut value = Nat64Config {
         prefix: nat64.prefix.network().octets(),
         prefix_len: nat64.prefix.prefix_len(),
         fragment_mark,
-        pool_layout,
         ..Nat64Config::default()
     };
     if let Some(stateful) = &nat64.stateful {
@@ -123,6 +120,10 @@ fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32, pool_l
             Nat64Filtering::AddressDependent => NAT64_FILTER_ADDRESS_DEPENDENT,
         } as u8;
         value.lifetimes = conntrack::nat64_lifetimes(stateful);
+        value.pool_size = stateful.pool.len() as u32;
+        (value.tcp_first, value.tcp_last) = (stateful.tcp_ports.first, stateful.tcp_ports.last);
+        (value.udp_first, value.udp_last) = (stateful.udp_ports.first, stateful.udp_ports.last);
+        (value.icmp_first, value.icmp_last) = (stateful.icmp_ids.first, stateful.icmp_ids.last);
     }
     if let Some(nat46) = nat46 {
         value.nat46_prefix.copy_from_slice(&nat46.source_prefix.network().octets()[..12]);
@@ -184,25 +185,27 @@ mod tests {
     }
 
     #[test]
-    fn the_config_element_holds_the_prefix_and_keeps_the_pool_layout() {
+    fn the_config_element_holds_the_prefix_and_no_pool_without_stateful() {
         let c = config("prefix = \"64:ff9b:1::/48\"\n");
-        let value = nat64_config(&c.nat64, None, 0x40, 7);
+        let value = nat64_config(&c.nat64, None, 0x40);
         assert_eq!(value.prefix, "64:ff9b:1::".parse::<std::net::Ipv6Addr>().unwrap().octets());
-        assert_eq!((value.prefix_len, value.fragment_mark, value.pool_layout), (48, 0x40, 7));
+        assert_eq!((value.prefix_len, value.fragment_mark, value.pool_size), (48, 0x40, 0));
         assert_eq!((value.filtering, value.lifetimes, value.nat46_on), (0, Default::default(), 0), "no stateful, no gateway");
     }
 
     #[test]
-    fn lifetimes_and_filtering_come_from_stateful() {
+    fn lifetimes_filtering_and_the_pool_come_from_stateful() {
         let c = config(
             "prefix = \"2001:db8:64::/96\"\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\n\
              filtering = \"address-dependent\"\nudp_seconds = 120\n",
         );
         let stateful = c.nat64.stateful.as_ref().unwrap();
-        let value = nat64_config(&c.nat64, None, 0, 0);
+        let value = nat64_config(&c.nat64, None, 0);
         assert_eq!(value.filtering, NAT64_FILTER_ADDRESS_DEPENDENT as u8);
         assert_eq!(value.lifetimes, conntrack::nat64_lifetimes(stateful));
         assert_eq!(value.lifetimes.udp_seconds, 120);
+        assert_eq!(value.pool_size, 1);
+        assert_eq!((value.udp_first, value.udp_last, value.icmp_first, value.icmp_last), (1024, 65535, 1024, 65535));
     }
 
     #[test]
@@ -211,7 +214,7 @@ mod tests {
             "[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n\
              [[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::a]:80\" }]\n",
         );
-        let value = nat64_config(&c.nat64, c.nat46.as_ref(), 0, 0);
+        let value = nat64_config(&c.nat64, c.nat46.as_ref(), 0);
         assert_eq!(value.nat46_on, 1);
         assert_eq!(value.nat46_prefix, [0x20, 0x01, 0x0d, 0xb8, 0, 0x46, 0, 0, 0, 0, 0, 0]);
     }

@@ -5,12 +5,12 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::{
-    maps::{lpm_trie::Key, HashMap, LpmTrie, MapData, Queue},
+    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData},
     Ebpf,
 };
 use v6node_abi::{
     maps, CtKey, CtLifetimes, CtValue, Direction, EamValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey, Nat64Config,
-    Nat64PoolValue, Nat64Port, Reason, MAGLEV_SIZE,
+    Nat64PoolValue, Reason, MAGLEV_SIZE,
 };
 
 use super::{counted, counter_slots, enter_netns, ifindex, ip, load_object, try_run_marked, try_run_program, PinDir, Run};
@@ -116,8 +116,8 @@ impl Xlat {
     }
 
     /// Stateful NAT64 for sources in `source`/`len`: the pool's addresses
-    /// with ports (and echo identifiers) `first..=last`, queued in order,
-    /// address by address; RFC 6146's lifetimes.
+    /// with ports (and echo identifiers) `first..=last`; RFC 6146's
+    /// lifetimes.
     pub fn enable_stateful(&mut self, pool: &[Ipv4Addr], source: Ipv6Addr, len: u8, first: u16, last: u16, filtering: u32) {
         self.update_config(|c| {
             c.filtering = filtering as u8;
@@ -128,6 +128,9 @@ impl Xlat {
                 icmp_seconds: 60,
                 tcp_closing_seconds: 240,
             };
+            c.pool_size = pool.len() as u32;
+            (c.tcp_first, c.tcp_last, c.udp_first, c.udp_last, c.icmp_first, c.icmp_last) =
+                (first, last, first, last, first, last);
         });
         let mut sources: LpmTrie<&mut MapData, [u8; 16], u8> =
             LpmTrie::try_from(self.ebpf.map_mut(maps::NAT64_SOURCES).unwrap()).unwrap();
@@ -137,13 +140,9 @@ impl Xlat {
         for (index, addr) in pool.iter().enumerate() {
             table.insert(u32::from_ne_bytes(addr.octets()), Nat64PoolValue { index: index as u32 }, 0).unwrap();
         }
-        for queue in [maps::NAT64_FREE_TCP, maps::NAT64_FREE_UDP, maps::NAT64_FREE_ICMP] {
-            let mut queue: Queue<&mut MapData, Nat64Port> = Queue::try_from(self.ebpf.map_mut(queue).unwrap()).unwrap();
-            for addr in pool {
-                for port in first..=last {
-                    queue.push(Nat64Port { addr: addr.octets(), port: port.to_be(), pad: 0 }, 0).unwrap();
-                }
-            }
+        let mut by_place: Array<&mut MapData, u32> = Array::try_from(self.ebpf.map_mut(maps::NAT64_POOL_ADDRS).unwrap()).unwrap();
+        for (index, addr) in pool.iter().enumerate() {
+            by_place.set(index as u32, u32::from_ne_bytes(addr.octets()), 0).unwrap();
         }
     }
 

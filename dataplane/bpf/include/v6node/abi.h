@@ -107,7 +107,10 @@ struct v6n_nat64_config {
 	/* Stateful NAT64: how long a binding outlives its last packet (RFC 6146
 	 * 4's defaults are the config's). */
 	struct v6n_ct_lifetimes lifetimes;
-	__u32 pool_layout; /* the agent's: which pool the free-port queues hold */
+	/* Stateful NAT64: addresses in v6n_nat64_pool_addrs (0: no pool), and
+	 * each protocol's ports (ICMP: echo identifiers), host order. */
+	__u32 pool_size;
+	__u16 tcp_first, tcp_last, udp_first, udp_last, icmp_first, icmp_last;
 	/* Stateful NAT46 gateway: the /96 IPv4 clients are embedded in (RFC
 	 * 6052), routed to this gateway alone so that replies come back here;
 	 * nat46_on 0: no gateway. */
@@ -138,25 +141,24 @@ struct v6n_nat64_config {
  *     value saddr pool (::ffff:a.b.c.d), sport pool port.
  *   binding, pool side: saddr ::, daddr pool, dport pool port; value daddr
  *     client, dport client port, last_seen_ns and flags: the binding's
- *     lifetime lives here alone.
+ *     lifetime lives here alone; backend_id its generation, new with each
+ *     client the port is bound to.
  *   permit (address-dependent filtering): saddr server, daddr pool, dport
- *     pool port; lives while its binding does.
+ *     pool port; backend_id the generation of the binding it was made for,
+ *     and admits nothing once the port is another client's.
  * A client side's and a permit's last_seen_ns is when it was made: the
  * agent reads the table while packets write it, and leaves alone what is
  * younger than its read.
  * Protocols are IPv4's numbers (ICMP 1 for echo, both sides). The table is
- * a plain hash, never LRU: nothing evicts half a binding; the agent removes
- * expired bindings and returns their ports to the free queue of their
- * protocol (v6n_nat64_free_tcp/_udp/_icmp), from which the program takes
- * ports: a port search that finds one whenever one is free.
+ * a plain hash, never LRU: nothing evicts half a binding. A new binding
+ * takes a random port (RFC 6056) of the pool address its client's address
+ * hashes to (paired, RFC 4787 REQ-2), free or held by an expired binding,
+ * which it takes over at once: ports never wait for the agent's sweep,
+ * which only removes what expired to keep the table small.
  */
-struct v6n_nat64_port {
-	__u8 addr[4]; /* pool address */
-	__u16 port;   /* network byte order */
-	__u16 pad;
-};
 
-/* v6n_nat64_pool: the pool's addresses (key: the address, network order). */
+/* v6n_nat64_pool: the pool's addresses (key: the address, network order);
+ * v6n_nat64_pool_addrs the same by place. */
 struct v6n_nat64_pool_value {
 	__u32 index; /* in nat64.stateful.pool, for status */
 };
@@ -386,9 +388,8 @@ struct v6n_ct_value {
 #define V6N_EAM_MAX 65536
 #define V6N_XLAT4_MAX 1024 /* IPv4 ranges translated into the prefix (nat64.translatable) */
 #define V6N_DENY_SRC_MAX 262144
-#define V6N_NAT64_POOL_MAX 64
+#define V6N_NAT64_POOL_MAX 1024 /* a /22: every port of each, bindings bounded by the state table */
 #define V6N_NAT64_SOURCES_MAX 1024     /* IPv6 prefixes allowed to use the pool */
-#define V6N_NAT64_PORTS_MAX 262144     /* free-port queue per protocol: all addresses' ranges */
 #define V6N_NAT64_STATE_MAX 1048576    /* bindings take two entries, permits one */
 
 /*

@@ -128,15 +128,6 @@ pub(crate) fn read(v: &Validator, value: &Value, nat64: &Nat64) -> Result<Nat64S
             Some(s) => port_range(s, lowest).map_err(|r| v.err(&path, r))?,
             None => NAT64_PORTS_DEFAULT,
         };
-        // Each protocol's free-port queue holds every address's range (abi.h).
-        let total = range.count() * pool.len();
-        let max = v6node_abi::NAT64_PORTS_MAX as usize;
-        if total > max {
-            return Err(v.err(
-                &path,
-                format!("{} addresses x {} ports = {total}; at most {max} per protocol are supported", pool.len(), range.count()),
-            ));
-        }
         Ok(range)
     };
     let tcp_ports = ports("tcp_ports", 1)?;
@@ -215,11 +206,17 @@ mod tests {
             "nat64.stateful.sources[0]",
             "every IPv6 source",
         );
-        let five = "pool = [\"203.0.113.1\", \"203.0.113.2\", \"203.0.113.3\", \"203.0.113.4\", \"203.0.113.5\"]";
-        bad(
-            &format!("[nat64.stateful]\n{five}\nsources = [\"fd00::/8\"]\n"),
-            "nat64.stateful.tcp_ports",
-            "at most 262144 per protocol",
-        );
+    }
+
+    #[test]
+    fn a_carrier_pool_of_a_slash_22_with_every_port_is_taken_and_more_refused() {
+        let pool = |n: u32| {
+            let items: Vec<String> = (0..n).map(|i| format!("\"{}\"", std::net::Ipv4Addr::from(0xcb00_7000 + i))).collect();
+            format!("[nat64.stateful]\npool = [{}]\nsources = [\"fd00::/8\"]\n", items.join(", "))
+        };
+        let c = ok(&pool(1024));
+        let s = c.nat64.stateful.expect("stateful");
+        assert_eq!((s.pool.len(), s.tcp_ports.count()), (1024, 64512), "1024 addresses x 64512 ports");
+        bad(&pool(1025), "nat64.stateful.pool", "at most 1024");
     }
 }
