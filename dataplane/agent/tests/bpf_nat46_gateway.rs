@@ -315,3 +315,39 @@ fn icmp_errors_to_the_vip_reach_the_flows_backend_quoting_what_it_sent() {
     assert_eq!(xlat.run(&error_about(22, 40000, CLIENT, 3, 3, [0; 4]), net.v4).verdict, TC_ACT_UNSPEC, "no frontend's port");
     assert_eq!(xlat.counted_total(), counted, "the host program's to count");
 }
+
+/// RFC 7915 4.3/5.2: the TCP segment an error quotes is translated like a
+/// packet, its checksum following the flow's addresses and ports in the
+/// quote, both ways.
+#[test]
+fn icmp_errors_quoting_tcp_carry_the_quoted_checksum_through_the_flow() {
+    let (net, mut xlat) = gateway("nat46-errors-tcp");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[102]);
+    let backend = backend_of(&xlat, &net, 40000, TCP);
+
+    // The backend's error to the client, about what the client sent it.
+    let quoted = ipv6(CLIENT_AS_V6, backend, 63, TCP, &tcp(40000, BACKEND_PORT, b"hello"), Some(16));
+    let error = ethernet(ETH_IPV6, &ipv6(backend, CLIENT_AS_V6, 64, 58, &icmp(1, 4, [0; 4], &quoted), Some(2)));
+    let run = xlat.run(&error, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = &run.packet[14..];
+    assert_eq!((&ip[12..16], &ip[16..20]), (&VIP.octets()[..], &CLIENT.octets()[..]), "from the VIP to the client");
+    let inner = &ip[28..];
+    assert_eq!((&inner[12..16], &inner[16..20]), (&CLIENT.octets()[..], &VIP.octets()[..]), "what the client sent");
+    assert_eq!(&inner[20..24], &[0x9c, 0x40, 0, 80], "from its port 40000 to the VIP's port 80");
+    assert_quoted_tcp_checksum(inner, "to the client");
+
+    // The client's error to the VIP, about what the backend sent it.
+    let quoted = ipv4(VIP, CLIENT, 63, TCP, 0x4000, &tcp(80, 40000, b"hi"), Some(16));
+    let error = ethernet(ETH_IPV4, &ipv4(CLIENT, VIP, 64, 1, 0, &icmp(3, 3, [0; 4], &quoted), Some(2)));
+    let run = xlat.run(&error, net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = &run.packet[14..];
+    assert_eq!(&ip[24..40], &backend.octets(), "to the flow's backend");
+    let inner = &ip[48..];
+    assert_eq!((&inner[8..24], &inner[24..40]), (&backend.octets()[..], &CLIENT_AS_V6.octets()[..]), "what the backend sent");
+    assert_eq!(&inner[40..44], &[0x1f, 0x90, 0x9c, 0x40], "from its port 8080 to the client's 40000");
+    assert_quoted_tcp_checksum(inner, "to the backend");
+}

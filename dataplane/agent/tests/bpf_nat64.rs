@@ -448,6 +448,70 @@ fn icmp_errors_become_icmpv6_errors_with_the_quoted_packet_translated() {
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 1);
 }
 
+/// RFC 7915 5.2 (and 4.3 below): a quoted TCP segment is translated like a
+/// packet, so its checksum follows the quote's new addresses when the quote
+/// holds it; a quote cut short of it is carried as it is.
+#[test]
+fn icmpv6_errors_quoting_tcp_carry_the_quoted_checksum_translated() {
+    let net = Net::enter();
+    let xlat = Xlat::load("icmp6err-tcp");
+    let segment = tcp(443, 40000, b"quoted segment");
+    let inner = ipv6(V4_HOST_AS_V6, V6_HOST, 63, 6, &segment, Some(16));
+    // The same segment as the IPv4 host sent it: the checksum to find.
+    let sent = ipv4(V4_HOST, V6_HOST_AS_V4, 63, 6, 0, &segment, Some(16));
+    // Whole, up to the urgent pointer, to the checksum, short of it.
+    for tcp_len in [segment.len(), 20, 18, 16, 8] {
+        let what = format!("a quote of {tcp_len} bytes of TCP");
+        let quoted = &inner[..40 + tcp_len];
+        let error = ethernet(ETH_IPV6, &ipv6(V6_HOST, V4_HOST_AS_V6, 64, 58, &icmp(1, 4, [0; 4], quoted), Some(2)));
+        let run = xlat.run(&error, net.v6);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "{what}");
+        assert_well_formed(&run.packet);
+        let quote = &l3(&run.packet)[28..];
+        assert_eq!((&quote[12..16], &quote[16..20]), (&V4_HOST.octets()[..], &V6_HOST_AS_V4.octets()[..]), "{what}");
+        let (got, want) = (&quote[20..], &sent[20..20 + tcp_len]);
+        assert_eq!(got.len(), tcp_len, "{what}");
+        if tcp_len >= 18 {
+            assert_eq!(got, want, "{what}: the segment, its checksum translated");
+        } else {
+            assert_eq!(got, &quoted[40..], "{what}: cut short of the checksum, as it was");
+        }
+        if tcp_len == segment.len() {
+            assert_quoted_tcp_checksum(quote, &what);
+        }
+    }
+}
+
+#[test]
+fn icmp_errors_quoting_tcp_carry_the_quoted_checksum_translated() {
+    let net = Net::enter();
+    let xlat = Xlat::load("icmp4err-tcp");
+    let segment = tcp(40000, 443, b"quoted segment");
+    let inner = ipv4(V6_HOST_AS_V4, V4_HOST, 63, 6, 0x4000, &segment, Some(16));
+    // The same segment as the IPv6 host sent it: the checksum to find.
+    let sent = ipv6(V6_HOST, V4_HOST_AS_V6, 63, 6, &segment, Some(16));
+    for tcp_len in [segment.len(), 20, 18, 16, 8] {
+        let what = format!("a quote of {tcp_len} bytes of TCP");
+        let quoted = &inner[..20 + tcp_len];
+        let error = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 1, 0, &icmp(3, 3, [0; 4], quoted), Some(2)));
+        let run = xlat.run(&error, net.v4);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "{what}");
+        assert_well_formed(&run.packet);
+        let quote = &l3(&run.packet)[48..];
+        assert_eq!((&quote[8..24], &quote[24..40]), (&V6_HOST.octets()[..], &V4_HOST_AS_V6.octets()[..]), "{what}");
+        let (got, want) = (&quote[40..], &sent[40..40 + tcp_len]);
+        assert_eq!(got.len(), tcp_len, "{what}");
+        if tcp_len >= 18 {
+            assert_eq!(got, want, "{what}: the segment, its checksum translated");
+        } else {
+            assert_eq!(got, &quoted[20..], "{what}: cut short of the checksum, as it was");
+        }
+        if tcp_len == segment.len() {
+            assert_quoted_tcp_checksum(quote, &what);
+        }
+    }
+}
+
 /// A Fragmentation Needed from the IPv4 host about a datagram the IPv6 host
 /// sent it, advertising `mtu` (0: a router older than RFC 1191), the quoted
 /// header claiming `quoted_len` bytes.

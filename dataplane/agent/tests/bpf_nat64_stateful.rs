@@ -479,6 +479,41 @@ fn a_routers_icmpv6_error_about_a_bindings_packet_leaves_from_the_pool() {
     assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_UNMAPPED), 1);
 }
 
+/// RFC 5508 REQ-3, RFC 7915 4.3/5.2: the TCP segment an error quotes is
+/// translated like a packet, its checksum following the binding's address
+/// and port in the quote, both ways.
+#[test]
+fn icmp_errors_quoting_tcp_carry_the_quoted_checksum_through_the_binding() {
+    let (net, xlat) = gateway("errors-tcp", ENDPOINT_INDEPENDENT, 1024, 1031);
+    let port = bind(&xlat, &net, &tcp_out(40000, TCP_SYN));
+
+    // To the client: the server's port is closed to what left from the pool.
+    let quoted = ipv4(POOL, SERVER, 63, 6, 0x4000, &tcp(port, 443, b"hello"), Some(16));
+    let error = ethernet(ETH_IPV4, &ipv4(SERVER, POOL, 64, 1, 0, &icmp(3, 3, [0; 4], &quoted), Some(2)));
+    let run = xlat.run(&error, net.v4);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet);
+    assert_eq!(&ip[24..40], &CLIENT.octets(), "to the binding's client");
+    let inner = &ip[48..];
+    assert_eq!((&inner[8..24], &inner[24..40]), (&CLIENT.octets()[..], &face(SERVER).octets()[..]));
+    assert_eq!(&inner[40..44], &[0x9c, 0x40, 1, 187], "the client's own port 40000");
+    assert_quoted_tcp_checksum(inner, "to the client");
+
+    // From the client: the server's segment reached a closed port.
+    let quoted = ipv6(face(SERVER), CLIENT, 63, 6, &tcp(443, 40000, b"hello"), Some(16));
+    let error = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(1, 4, [0; 4], &quoted), Some(2)));
+    let run = xlat.run(&error, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet);
+    assert_eq!((&ip[12..16], &ip[16..20]), (&POOL.octets()[..], &SERVER.octets()[..]), "from the pool address");
+    let inner = &ip[28..];
+    assert_eq!((&inner[12..16], &inner[16..20]), (&SERVER.octets()[..], &POOL.octets()[..]));
+    assert_eq!(&inner[20..24], &[1, 187, (port >> 8) as u8, port as u8], "to the pool's port");
+    assert_quoted_tcp_checksum(inner, "from the client");
+}
+
 #[test]
 fn a_client_reaches_another_through_its_pool_address_hairpinned() {
     let (net, xlat) = gateway("hairpin", ENDPOINT_INDEPENDENT, 1024, 1031);

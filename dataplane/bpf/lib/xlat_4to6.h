@@ -235,15 +235,16 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 	__u8 inner_proto = in->inner.protocol;
 	__u32 inner_plen = bpf_ntohs(in->inner.tot_len) - V6N_IP4_HLEN;
 	__builtin_memcpy(out->l4, in->l4, V6N_INNER_L4);
+	/* TCP and UDP: the pseudo-header's addresses change (summed where
+	 * the quoted header will have them: the stack is full). */
+	out->inner.saddr = inner_saddr;
+	out->inner.daddr = inner_daddr;
+	__u32 pseudo_diff = v6n_csum_diff(&in->inner.saddr, 8, &out->inner.saddr, 32);
 	if (inner_proto == IPPROTO_UDP) {
 		struct udphdr *udp = (void *)out->l4;
 
 		if (udp->check) {
-			__be32 from[2] = { in->inner.saddr, in->inner.daddr }, to[8];
-
-			__builtin_memcpy(to, &inner_saddr, 16);
-			__builtin_memcpy(to + 4, &inner_daddr, 16);
-			udp->check = v6n_csum_update(udp->check, v6n_csum_diff(from, 8, to, 32));
+			udp->check = v6n_csum_update(udp->check, pseudo_diff);
 			if (!udp->check)
 				udp->check = 0xffff;
 		}
@@ -267,6 +268,11 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 	}
 	if (scratch->error_port_at)
 		v6n_nat64_quote_port(out->l4, inner_proto, scratch->error_port_at - 1, scratch->error_port);
+	__u32 tcp_diff = 0;
+	if (inner_proto == IPPROTO_TCP)
+		tcp_diff = v6n_quote_tcp_check(skb, V6N_ETH_HLEN + V6N_IP4_HLEN + sizeof(in->icmp) + V6N_IP4_HLEN,
+					       icmp_len - sizeof(in->icmp) - V6N_IP4_HLEN,
+					       v6n_csum_add(pseudo_diff, v6n_csum_diff(in->l4, 8, out->l4, 8)));
 	v6n_ip6_from_ip4(&out->inner, &in->inner, inner_proto, inner_plen, &inner_saddr, &inner_daddr);
 	out->inner.hop_limit = in->inner.ttl; /* quoted as it was when it failed */
 
@@ -280,7 +286,7 @@ static __noinline v6n_outcome v6n_4to6_icmp_error(struct __sk_buff *skb)
 	__u16 old = in->icmp.checksum;
 	in->icmp.checksum = 0;
 	out->icmp6.icmp6_cksum = v6n_csum_update(
-		old, v6n_csum_diff(in, sizeof(*in), &out->pseudo, sizeof(*out) - sizeof(out->ip6)));
+		old, v6n_csum_add(v6n_csum_diff(in, sizeof(*in), &out->pseudo, sizeof(*out) - sizeof(out->ip6)), tcp_diff));
 
 	fib->family = AF_INET6;
 	__builtin_memcpy(fib->ipv6_src, saddr, 16);

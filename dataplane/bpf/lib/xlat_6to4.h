@@ -136,9 +136,9 @@ static __always_inline void v6n_ip4_from_ip6(struct iphdr *ip, const struct ipv6
 /*
  * ICMPv6 error -> ICMPv4 error, including the packet it quotes (RFC 7915
  * 5.3). The quoted packet went the other way through this translator, so its
- * addresses map the same way as any other. Its transport checksum is fixed
- * only where it lies in the first 8 bytes (UDP, ICMP); a quoted TCP checksum
- * is left as it was, as receivers do not check it.
+ * addresses map the same way as any other, and its transport checksum is
+ * mended like a packet's: in the first 8 bytes (UDP, ICMP) or, for TCP,
+ * where the quote reaches it.
  */
 
 
@@ -217,14 +217,16 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 
 	__u8 inner_proto = in->inner.nexthdr;
 	__builtin_memcpy(out->l4, in->l4, V6N_INNER_L4);
+	/* TCP and UDP: the pseudo-header's addresses change (summed where
+	 * the quoted header will have them). */
+	out->inner.saddr = inner_saddr;
+	out->inner.daddr = inner_daddr;
+	__u32 pseudo_diff = v6n_csum_diff(&in->inner.saddr, 32, &out->inner.saddr, 8);
 	if (inner_proto == IPPROTO_UDP) {
 		struct udphdr *udp = (void *)out->l4;
 
 		if (udp->check) {
-			__be32 from[8], to[2] = { inner_saddr, inner_daddr };
-
-			__builtin_memcpy(from, &in->inner.saddr, 32);
-			udp->check = v6n_csum_update(udp->check, v6n_csum_diff(from, 32, to, 8));
+			udp->check = v6n_csum_update(udp->check, pseudo_diff);
 			if (!udp->check)
 				udp->check = 0xffff;
 		}
@@ -252,6 +254,11 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 	}
 	if (scratch->error_port_at)
 		v6n_nat64_quote_port(out->l4, inner_proto, scratch->error_port_at - 1, scratch->error_port);
+	__u32 tcp_diff = 0;
+	if (inner_proto == IPPROTO_TCP)
+		tcp_diff = v6n_quote_tcp_check(skb, V6N_ETH_HLEN + V6N_IP6_HLEN + sizeof(in->icmp6) + V6N_IP6_HLEN,
+					       plen - sizeof(in->icmp6) - V6N_IP6_HLEN,
+					       v6n_csum_add(pseudo_diff, v6n_csum_diff(in->l4, 8, out->l4, 8)));
 
 	__u32 inner_len = V6N_IP4_HLEN + bpf_ntohs(in->inner.payload_len);
 	v6n_ip4_from_ip6(&out->inner, &in->inner, NULL, inner_proto, inner_len, inner_saddr, inner_daddr);
@@ -270,8 +277,9 @@ static __noinline v6n_outcome v6n_6to4_icmp_error(struct __sk_buff *skb)
 	__u16 old = in->icmp6.icmp6_cksum;
 	in->icmp6.icmp6_cksum = 0;
 	out->icmp.checksum = 0;
-	out->icmp.checksum = v6n_csum_update(old, v6n_csum_diff(in, sizeof(*in), &out->icmp,
-								 sizeof(*out) - sizeof(out->ip)));
+	out->icmp.checksum = v6n_csum_update(old, v6n_csum_add(v6n_csum_diff(in, sizeof(*in), &out->icmp,
+											    sizeof(*out) - sizeof(out->ip)),
+								    tcp_diff));
 
 	fib->family = AF_INET;
 	fib->ipv4_src = saddr;

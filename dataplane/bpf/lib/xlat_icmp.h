@@ -93,8 +93,8 @@ static __always_inline int v6n_is_icmp6_error(__u8 type)
 /*
  * Stateful NAT64: the quoted transport header `l4` (its first 8 bytes, in
  * the error's new version) as the other side of the binding sees it: `port`
- * at `at`, with the checksum mended where the quote holds it (UDP, ICMP
- * and ICMPv6; TCP's lies beyond).
+ * at `at`, with the checksum mended where it lies in those 8 bytes (UDP,
+ * ICMP and ICMPv6; TCP's beyond is v6n_quote_tcp_check's).
  */
 static __always_inline void v6n_nat64_quote_port(__u8 *l4, __u8 proto, __u32 at, __be16 port)
 {
@@ -112,6 +112,26 @@ static __always_inline void v6n_nat64_quote_port(__u8 *l4, __u8 proto, __u32 at,
 	*check = v6n_csum_update(*check, v6n_csum_diff(&before, 4, &after, 4));
 	if (!*check && proto == IPPROTO_UDP)
 		*check = 0xffff;
+}
+
+/*
+ * A quoted TCP segment's checksum, translated like a packet's (RFC 7915 4.3
+ * and 5.2, RFC 5508 REQ-3): `len` bytes of the segment are quoted from `at`
+ * in the packet; where they reach its checksum (offset 16), it is mended in
+ * place by `diff`, what the translation changed of the pseudo-header and
+ * the first 8 bytes. Returns the change to sum into the error's own
+ * checksum (0: none, the quote being too short to hold it).
+ */
+static __always_inline __u32 v6n_quote_tcp_check(struct __sk_buff *skb, __u32 at, __u32 len, __u32 diff)
+{
+	__u16 before[2] = {}, after[2] = {};
+
+	if (len < 18 || bpf_skb_load_bytes(skb, at + 16, before, 2) < 0)
+		return 0;
+	after[0] = v6n_csum_update(before[0], diff);
+	if (bpf_skb_store_bytes(skb, at + 16, after, 2, BPF_F_RECOMPUTE_CSUM) < 0)
+		return 0;
+	return v6n_csum_diff(before, 4, after, 4);
 }
 
 #endif /* V6NODE_LIB_XLAT_ICMP_H */

@@ -119,6 +119,23 @@ pub fn tcp(sport: u16, dport: u16, data: &[u8]) -> Vec<u8> {
     t
 }
 
+/// Fails unless `quote` (the packet an ICMP error quotes: an IPv4 or IPv6
+/// header and a TCP segment, whole) carries a TCP checksum valid for its own
+/// header's addresses and the segment's ports (RFC 7915 4.3/5.2, RFC 5508
+/// REQ-3: the quote is translated like a packet).
+pub fn assert_quoted_tcp_checksum(quote: &[u8], what: &str) {
+    let sum = if quote[0] >> 4 == 4 {
+        assert_eq!(quote[9], 6, "{what}: the quote is TCP");
+        let segment = &quote[20..];
+        pseudo4(&quote[12..16], &quote[16..20], 6, segment.len()) + sum16(segment)
+    } else {
+        assert_eq!(quote[6], 6, "{what}: the quote is TCP");
+        let segment = &quote[40..];
+        pseudo6(&quote[8..24], &quote[24..40], 6, segment.len()) + sum16(segment)
+    };
+    assert_eq!(fold(sum), 0, "{what}: the quoted TCP checksum, translated");
+}
+
 /// ICMP or ICMPv6 message: type, code, the 4 bytes after the checksum, body.
 pub fn icmp(kind: u8, code: u8, rest: [u8; 4], body: &[u8]) -> Vec<u8> {
     let mut m = vec![kind, code, 0, 0];
