@@ -38,12 +38,17 @@ fn gateway(test: &str, filtering: u32, first: u16, last: u16) -> (Net, Xlat) {
 }
 
 fn gateway_with_pool(test: &str, pool: &[Ipv4Addr], filtering: u32, first: u16, last: u16) -> (Net, Xlat) {
+    gateway_for(test, pool, 127, filtering, first, last)
+}
+
+/// As `gateway`, the pool lent to CLIENT's /`sources_len`.
+fn gateway_for(test: &str, pool: &[Ipv4Addr], sources_len: u8, filtering: u32, first: u16, last: u16) -> (Net, Xlat) {
     let net = Net::enter();
     ip("neigh add 2001:db8:6::100 lladdr 02:00:00:00:06:64 dev v6 nud permanent");
     ip("neigh add 2001:db8:6::101 lladdr 02:00:00:00:06:65 dev v6 nud permanent");
     ip("neigh add 192.0.2.3 lladdr 02:00:00:00:04:03 dev v4 nud permanent");
     let mut xlat = Xlat::load(test);
-    xlat.enable_stateful(pool, CLIENT, 127, first, last, filtering);
+    xlat.enable_stateful(pool, CLIENT, sources_len, first, last, filtering);
     (net, xlat)
 }
 
@@ -374,6 +379,25 @@ fn one_clients_flows_all_leave_from_one_pool_address() {
         .collect();
     assert_eq!(sources.len(), 1, "paired (RFC 4787 REQ-2): {sources:?}");
     assert!(pool.contains(sources.first().unwrap()));
+}
+
+#[test]
+fn clients_spread_over_the_pool() {
+    let pool = [POOL, Ipv4Addr::new(203, 0, 113, 2), Ipv4Addr::new(203, 0, 113, 3), Ipv4Addr::new(203, 0, 113, 4)];
+    let (net, xlat) = gateway_for("spread", &pool, 120, ENDPOINT_INDEPENDENT, 1024, 2047);
+    let mut per_address = std::collections::BTreeMap::<Ipv4Addr, usize>::new();
+    for n in 0..32u16 {
+        let client = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 0x100 + n);
+        *per_address.entry(bind_from(&xlat, &net, &udp_out(client, 40000, SERVER))).or_default() += 1;
+    }
+    assert_eq!(per_address.len(), 4, "32 clients, differing in their last bits only: {per_address:?}");
+}
+
+/// Runs `frame` from the IPv6 side and returns the pool address it left from.
+fn bind_from(xlat: &Xlat, net: &Net, frame: &[u8]) -> Ipv4Addr {
+    let run = xlat.run(frame, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "translated to the IPv4 side");
+    v4_source(&run.packet).0
 }
 
 #[test]

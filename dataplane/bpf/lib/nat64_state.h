@@ -64,9 +64,10 @@ struct {
  * the paired address's ports held by live bindings, all 8 miss with
  * probability f^8 (17% at f = 0.8). Then it scans consecutive ports from
  * a random one: a range of up to V6N_NAT64_SCAN_PORTS ports is filled to
- * its last port, and a larger one nearly so. */
+ * its last port, and a larger one nearly so; a pool that is really full
+ * refuses a new flow at a bounded cost. */
 #define V6N_NAT64_BIND_TRIES 8
-#define V6N_NAT64_SCAN_PORTS 1024
+#define V6N_NAT64_SCAN_PORTS 256 /* at most ~10 us a refused flow when all are held */
 
 /* The transport fields of a packet the stateful path rewrites. */
 struct v6n_nat64_l4 {
@@ -258,9 +259,17 @@ static __always_inline int v6n_nat64_paired_address(const struct v6n_nat64_confi
 	if (!cfg->pool_size)
 		return -1;
 	__builtin_memcpy(words, client, 16);
-	for (i = 0; i < 4; i++)
-		hash = (hash ^ words[i]) * 0x9e3779b1;
-	__u32 index = (hash ^ (hash >> 16)) % cfg->pool_size;
+	/* MurmurHash3's finaliser on each word: clients that differ in any
+	 * bit of their address land apart. */
+	for (i = 0; i < 4; i++) {
+		hash ^= words[i];
+		hash ^= hash >> 16;
+		hash *= 0x85ebca6b;
+		hash ^= hash >> 13;
+		hash *= 0xc2b2ae35;
+		hash ^= hash >> 16;
+	}
+	__u32 index = hash % cfg->pool_size;
 	__be32 *found = bpf_map_lookup_elem(&v6n_nat64_pool_addrs, &index);
 	if (!found)
 		return -1;
