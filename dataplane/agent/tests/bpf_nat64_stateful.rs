@@ -347,6 +347,7 @@ fn an_expired_bindings_port_is_taken_over_at_once_and_never_revived() {
     assert_eq!(xlat.run(&udp_in(SERVER, port), net.v4).verdict, TC_ACT_SHOT, "UDP lives 5 min");
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
     assert_eq!(bind(&xlat, &net, &udp_out(CLIENT, 40001, SERVER)), port, "expired: free at once, before any sweep");
+    assert_eq!(xlat.state().len(), 2, "the new binding's two sides: the old one's client side went with it");
     let run = xlat.run(&udp_in(SERVER, port), net.v4);
     assert_eq!(v6_destination(&run.packet), (CLIENT, 40001), "the port's new client");
     assert_eq!(xlat.run(&udp_out(CLIENT, 40000, SERVER), net.v6).verdict, TC_ACT_SHOT, "the old client's binding is gone");
@@ -379,6 +380,18 @@ fn one_clients_flows_all_leave_from_one_pool_address() {
         .collect();
     assert_eq!(sources.len(), 1, "paired (RFC 4787 REQ-2): {sources:?}");
     assert!(pool.contains(sources.first().unwrap()));
+}
+
+#[test]
+fn a_client_whose_paired_address_is_full_borrows_another_rather_than_being_refused() {
+    let pool = [POOL, Ipv4Addr::new(203, 0, 113, 2)];
+    let (net, xlat) = gateway_with_pool("overflow", &pool, ENDPOINT_INDEPENDENT, 1024, 1024);
+    let paired = bind_from(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
+    let other = bind_from(&xlat, &net, &udp_out(CLIENT, 40001, SERVER));
+    assert_ne!(paired, other, "the paired address's one port is held");
+    assert_eq!(bind_from(&xlat, &net, &udp_out(CLIENT, 40000, SERVER)), paired, "each binding keeps its address");
+    assert_eq!(xlat.run(&udp_out(CLIENT, 40002, SERVER), net.v6).verdict, TC_ACT_SHOT, "and with both full, refused");
+    assert_eq!(xlat.counted(D64, Reason::V6N_REASON_DROP_POOL_EXHAUSTED), 1);
 }
 
 #[test]

@@ -86,7 +86,7 @@ struct v6n_nat64_l4 {
 struct v6n_nat64_scratch {
 	struct v6n_ct_key client_key;
 	struct v6n_ct_key pool_key;
-	struct v6n_ct_key peer_key; /* NAT46 gateway: another flow's */
+	struct v6n_ct_key peer_key; /* NAT46 gateway: another flow's; NAT64: a reclaimed binding's client side */
 	struct v6n_ct_value value;
 	struct v6n_nat64_l4 l4;
 	__be32 pool_addr; /* the address a new binding borrows from */
@@ -247,17 +247,15 @@ static __always_inline int v6n_nat64_write_port(struct __sk_buff *skb, const str
 	return 0;
 }
 
-/* The pool address a client's bindings borrow from: the same for all of
- * them (paired pooling, RFC 4787 REQ-2: an IPv4 server that ties a session
- * to its client's address sees one address), spread over the pool by a
- * hash of the client's address. */
-static __always_inline int v6n_nat64_paired_address(const struct v6n_nat64_config *cfg, const __u8 client[16], __be32 *addr)
+/* The place in the pool of the address a client's bindings borrow from:
+ * the same for all of them (paired pooling, RFC 4787 REQ-2: an IPv4 server
+ * that ties a session to its client's address sees one address), spread
+ * over the pool by a hash of the client's address. */
+static __always_inline __u32 v6n_nat64_paired_place(const struct v6n_nat64_config *cfg, const __u8 client[16])
 {
 	__u32 words[4], hash = 0;
 	int i;
 
-	if (!cfg->pool_size)
-		return -1;
 	__builtin_memcpy(words, client, 16);
 	/* MurmurHash3's finaliser on each word: clients that differ in any
 	 * bit of their address land apart. */
@@ -269,12 +267,7 @@ static __always_inline int v6n_nat64_paired_address(const struct v6n_nat64_confi
 		hash *= 0xc2b2ae35;
 		hash ^= hash >> 16;
 	}
-	__u32 index = hash % cfg->pool_size;
-	__be32 *found = bpf_map_lookup_elem(&v6n_nat64_pool_addrs, &index);
-	if (!found)
-		return -1;
-	*addr = *found;
-	return 0;
+	return hash % cfg->pool_size;
 }
 
 /* The protocol's range of ports (ICMP: echo identifiers), host order. */
@@ -290,18 +283,30 @@ static __always_inline void v6n_nat64_range(const struct v6n_nat64_config *cfg, 
 	*span = (__u32)last - *first + 1;
 }
 
-/* Frees the port under pool_key when its binding has expired (an expired
- * binding is never brought back): removed here, before any sweep, so the
- * port is bound again at once. 0: free now. Two clients racing for the
- * same random port of the same address at once both may remove; then the
- * later insert fails for one of them, which tries another port. */
-static __always_inline int v6n_nat64_reclaim(const struct v6n_nat64_config *cfg, const struct v6n_ct_key *pool_key, __u64 now)
+/* Frees the port under s->pool_key when its binding has expired (an
+ * expired binding is never brought back): its pool side and its client
+ * side are removed here, before any sweep, so the port is bound again at
+ * once and the table does not fill with what the sweep has yet to find.
+ * 0: free now. Two clients racing for the same random port of the same
+ * address at once both may remove; then the later insert fails for one
+ * of them, which tries another port. */
+static __always_inline int v6n_nat64_reclaim(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s, __u64 now)
 {
-	struct v6n_ct_value *held = bpf_map_lookup_elem(&v6n_nat64_state, pool_key);
+	struct v6n_ct_value *held = bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key);
 
-	if (held && !v6n_ct_expired(&cfg->lifetimes, held, pool_key->proto, now))
+	if (!held)
+		return 0;
+	if (!v6n_ct_expired(&cfg->lifetimes, held, s->pool_key.proto, now))
 		return -1;
-	bpf_map_delete_elem(&v6n_nat64_state, pool_key);
+	__builtin_memset(&s->peer_key, 0, sizeof(s->peer_key));
+	__builtin_memcpy(s->peer_key.saddr, held->daddr, 16);
+	s->peer_key.sport = held->dport;
+	s->peer_key.proto = s->pool_key.proto;
+	bpf_map_delete_elem(&v6n_nat64_state, &s->pool_key);
+	const struct v6n_ct_value *client_side = bpf_map_lookup_elem(&v6n_nat64_state, &s->peer_key);
+	/* Unless the client has since been bound to another port. */
+	if (client_side && client_side->sport == s->pool_key.dport && v6n_bytes_eq(client_side->saddr, s->pool_key.daddr, 16))
+		bpf_map_delete_elem(&v6n_nat64_state, &s->peer_key);
 	return 0;
 }
 
@@ -312,7 +317,7 @@ static __always_inline int v6n_nat64_try_port(const struct v6n_nat64_config *cfg
 					      __u64 now)
 {
 	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&s->pool_addr, port, s->client_key.proto);
-	if (v6n_nat64_reclaim(cfg, &s->pool_key, now) < 0)
+	if (v6n_nat64_reclaim(cfg, s, now) < 0)
 		return -1;
 	long err = bpf_map_update_elem(&v6n_nat64_state, &s->pool_key, &s->value, BPF_NOEXIST);
 	if (err == -17 /* EEXIST: another client's, made just now */)
@@ -354,10 +359,10 @@ static __always_inline int v6n_nat64_bind(const struct v6n_nat64_config *cfg, st
 {
 	const struct v6n_ct_key *client_key = &s->client_key;
 	struct v6n_ct_value *value = &s->value;
-	struct v6n_nat64_scan scan = { .now = now, .result = 1 };
-	int i, result = -1;
+	struct v6n_nat64_scan scan = { .now = now };
+	int i, round, result = -1;
 
-	if (v6n_nat64_paired_address(cfg, client_key->saddr, &s->pool_addr) < 0)
+	if (!cfg->pool_size)
 		return V6N_REASON_DROP_POOL_EXHAUSTED;
 	__builtin_memset(value, 0, sizeof(*value));
 	__builtin_memcpy(value->daddr, client_key->saddr, 16);
@@ -366,12 +371,29 @@ static __always_inline int v6n_nat64_bind(const struct v6n_nat64_config *cfg, st
 	value->flags = V6N_CT_REPLY;
 	value->backend_id = bpf_get_prandom_u32() | 1; /* the generation its permits carry */
 	v6n_nat64_range(cfg, client_key->proto, &scan.first, &scan.span);
-	for (i = 0; i < V6N_NAT64_BIND_TRIES && result == -1; i++)
-		result = v6n_nat64_try_port(cfg, s, bpf_htons(scan.first + bpf_get_prandom_u32() % scan.span), now);
-	if (result == -1) {
-		scan.start = bpf_get_prandom_u32() % scan.span;
-		bpf_loop(scan.span < V6N_NAT64_SCAN_PORTS ? scan.span : V6N_NAT64_SCAN_PORTS, v6n_nat64_scan_step, &scan, 0);
-		result = scan.result == 1 ? -1 : scan.result;
+	__u32 paired = v6n_nat64_paired_place(cfg, client_key->saddr);
+	/* The paired address first; when it has no port left, one other
+	 * address chosen at random rather than a refusal: pairing yields to a
+	 * pool that is full only where many clients hashed alike. */
+	for (round = 0; round < 2 && result == -1; round++) {
+		__u32 place = paired;
+		if (round == 1) {
+			if (cfg->pool_size < 2)
+				break;
+			place = (paired + 1 + bpf_get_prandom_u32() % (cfg->pool_size - 1)) % cfg->pool_size;
+		}
+		__be32 *addr = bpf_map_lookup_elem(&v6n_nat64_pool_addrs, &place);
+		if (!addr)
+			break;
+		s->pool_addr = *addr;
+		for (i = 0; i < V6N_NAT64_BIND_TRIES && result == -1; i++)
+			result = v6n_nat64_try_port(cfg, s, bpf_htons(scan.first + bpf_get_prandom_u32() % scan.span), now);
+		if (result == -1) {
+			scan.start = bpf_get_prandom_u32() % scan.span;
+			scan.result = 1;
+			bpf_loop(scan.span < V6N_NAT64_SCAN_PORTS ? scan.span : V6N_NAT64_SCAN_PORTS, v6n_nat64_scan_step, &scan, 0);
+			result = scan.result == 1 ? -1 : scan.result;
+		}
 	}
 	if (result == -1)
 		return V6N_REASON_DROP_POOL_EXHAUSTED;
