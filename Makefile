@@ -85,12 +85,13 @@ test-conformance conformance:
 ## pod to pod on one node and across two (against the kernel's routing path
 ## and a single veth pair), a ClusterIP against kube-proxy (nftables and
 ## iptables) and the pod's own address, a NodePort from outside against the
-## pod's own address, then the image's build and boot
-## against stock.
+## pod's own address, stateful NAT64 under a minute of churn against
+## NAT44, then the image's build and boot against stock.
 bench:
 	tests/bench/dataplane
 	tests/bench/nat64 5 3
 	tests/bench/nat64-stateful 5 3
+	tests/bench/nat64-churn 60 8
 	tests/bench/nat46-gateway 5 3
 	tests/bench/pods
 	tests/bench/nodes
