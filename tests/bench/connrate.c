@@ -20,31 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static socklen_t address(const char *text, int port, struct sockaddr_storage *out)
-{
-	memset(out, 0, sizeof(*out));
-	struct sockaddr_in6 *six = (struct sockaddr_in6 *)out;
-	struct sockaddr_in *four = (struct sockaddr_in *)out;
-	if (inet_pton(AF_INET6, text, &six->sin6_addr) == 1) {
-		six->sin6_family = AF_INET6;
-		six->sin6_port = htons(port);
-		return sizeof(*six);
-	}
-	if (inet_pton(AF_INET, text, &four->sin_addr) == 1) {
-		four->sin_family = AF_INET;
-		four->sin_port = htons(port);
-		return sizeof(*four);
-	}
-	fprintf(stderr, "not an address: %s\n", text);
-	exit(2);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "sockets.h"
 
 int main(int argc, char **argv)
 {

@@ -469,16 +469,22 @@ fn icmpv6_errors_quoting_tcp_carry_the_quoted_checksum_translated() {
         assert_well_formed(&run.packet);
         let quote = &l3(&run.packet)[28..];
         assert_eq!((&quote[12..16], &quote[16..20]), (&V4_HOST.octets()[..], &V6_HOST_AS_V4.octets()[..]), "{what}");
-        let (got, want) = (&quote[20..], &sent[20..20 + tcp_len]);
-        assert_eq!(got.len(), tcp_len, "{what}");
-        if tcp_len >= 18 {
-            assert_eq!(got, want, "{what}: the segment, its checksum translated");
-        } else {
-            assert_eq!(got, &quoted[40..], "{what}: cut short of the checksum, as it was");
-        }
+        assert_tcp_quote(&quote[20..], &sent[20..20 + tcp_len], &quoted[40..], &what);
         if tcp_len == segment.len() {
             assert_quoted_tcp_checksum(quote, &what);
         }
+    }
+}
+
+/// The TCP bytes of a translated quote (`got`): the segment as the other
+/// side would have sent it (`want`) when the quote reaches the checksum,
+/// else what was quoted (`quoted`), as it was.
+fn assert_tcp_quote(got: &[u8], want: &[u8], quoted: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    if got.len() >= 18 {
+        assert_eq!(got, want, "{what}: the segment, its checksum translated");
+    } else {
+        assert_eq!(got, quoted, "{what}: cut short of the checksum, as it was");
     }
 }
 
@@ -499,13 +505,7 @@ fn icmp_errors_quoting_tcp_carry_the_quoted_checksum_translated() {
         assert_well_formed(&run.packet);
         let quote = &l3(&run.packet)[48..];
         assert_eq!((&quote[8..24], &quote[24..40]), (&V6_HOST.octets()[..], &V4_HOST_AS_V6.octets()[..]), "{what}");
-        let (got, want) = (&quote[40..], &sent[40..40 + tcp_len]);
-        assert_eq!(got.len(), tcp_len, "{what}");
-        if tcp_len >= 18 {
-            assert_eq!(got, want, "{what}: the segment, its checksum translated");
-        } else {
-            assert_eq!(got, &quoted[20..], "{what}: cut short of the checksum, as it was");
-        }
+        assert_tcp_quote(&quote[40..], &sent[40..40 + tcp_len], &quoted[20..], &what);
         if tcp_len == segment.len() {
             assert_quoted_tcp_checksum(quote, &what);
         }

@@ -263,7 +263,13 @@ fn fins_from_both_sides_give_the_tcp_binding_the_closing_lifetime() {
     assert_eq!(bind(&xlat, &net, &tcp_out(40000, TCP_ACK)), port, "the last ACK");
     assert_eq!(tcp_flags_of(&xlat, &key) & CT_CLOSING, CT_CLOSING);
     // The closing lifetime (NAT64's is the transitory 4 min), not 2 h 4 min.
-    xlat.age(&key, 241);
+    gone_after(&mut xlat, &net, port, &key, 241);
+}
+
+/// The binding under `key` is gone `seconds` after its last packet: the
+/// server's next segment finds none, and is counted so.
+fn gone_after(xlat: &mut Xlat, net: &Net, port: u16, key: &CtKey, seconds: u64) {
+    xlat.age(key, seconds);
     assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_SHOT);
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
 }
@@ -275,9 +281,7 @@ fn a_rst_makes_the_tcp_binding_transitory() {
     assert_eq!(xlat.run(&tcp_in(port, TCP_RST | TCP_ACK), net.v4).verdict, TC_ACT_REDIRECT);
     assert_eq!(tcp_flags_of(&xlat, &key) & (CT_RESET | CT_CLOSING), CT_RESET, "transitory, not closing");
     // Transitory: 4 min after the RST the binding is gone.
-    xlat.age(&key, 241);
-    assert_eq!(xlat.run(&tcp_in(port, TCP_ACK), net.v4).verdict, TC_ACT_SHOT);
-    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
+    gone_after(&mut xlat, &net, port, &key, 241);
 }
 
 #[test]
@@ -464,18 +468,26 @@ fn icmp_errors_about_a_binding_reach_its_client_quoting_what_it_sent() {
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NO_BINDING), 1);
 }
 
+/// An ICMPv6 Port Unreachable from CLIENT about `quoted`, through the
+/// translator: the IPv4 packet that leaves, checked to leave from the pool.
+fn port_unreachable_from_client(xlat: &Xlat, net: &Net, quoted: &[u8]) -> Vec<u8> {
+    let error = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(1, 4, [0; 4], quoted), Some(2)));
+    let run = xlat.run(&error, net.v6);
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_well_formed(&run.packet);
+    let ip = l3(&run.packet).to_vec();
+    assert_eq!((&ip[12..16], &ip[16..20]), (&POOL.octets()[..], &SERVER.octets()[..]), "from the pool address");
+    ip
+}
+
 #[test]
 fn icmpv6_errors_from_a_client_leave_from_its_binding_quoting_what_the_server_sent() {
     let (net, xlat) = gateway("errors6", ENDPOINT_INDEPENDENT, 1024, 1031);
     let port = bind(&xlat, &net, &udp_out(CLIENT, 40000, SERVER));
     // The server's answer came in, and the client's port was closed by then.
     let quoted = ipv6(face(SERVER), CLIENT, 63, 17, &udp(53, 40000, b"answer"), Some(6));
-    let error = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(1, 4, [0; 4], &quoted), Some(2)));
-    let run = xlat.run(&error, net.v6);
-    assert_eq!(run.verdict, TC_ACT_REDIRECT);
-    assert_well_formed(&run.packet);
-    let ip = l3(&run.packet);
-    assert_eq!((&ip[12..16], &ip[16..20]), (&POOL.octets()[..], &SERVER.octets()[..]), "from the pool address");
+    let ip = port_unreachable_from_client(&xlat, &net, &quoted);
+    let ip = ip.as_slice();
     assert_eq!((ip[20], ip[21]), (3, 3), "port unreachable");
     let inner = &ip[28..];
     assert_eq!((&inner[12..16], &inner[16..20]), (&SERVER.octets()[..], &POOL.octets()[..]));
@@ -539,12 +551,8 @@ fn icmp_errors_quoting_tcp_carry_the_quoted_checksum_through_the_binding() {
 
     // From the client: the server's segment reached a closed port.
     let quoted = ipv6(face(SERVER), CLIENT, 63, 6, &tcp(443, 40000, b"hello"), Some(16));
-    let error = ethernet(ETH_IPV6, &ipv6(CLIENT, face(SERVER), 64, 58, &icmp(1, 4, [0; 4], &quoted), Some(2)));
-    let run = xlat.run(&error, net.v6);
-    assert_eq!(run.verdict, TC_ACT_REDIRECT);
-    assert_well_formed(&run.packet);
-    let ip = l3(&run.packet);
-    assert_eq!((&ip[12..16], &ip[16..20]), (&POOL.octets()[..], &SERVER.octets()[..]), "from the pool address");
+    let ip = port_unreachable_from_client(&xlat, &net, &quoted);
+    let ip = ip.as_slice();
     let inner = &ip[28..];
     assert_eq!((&inner[12..16], &inner[16..20]), (&SERVER.octets()[..], &POOL.octets()[..]));
     assert_eq!(&inner[20..24], &[1, 187, (port >> 8) as u8, port as u8], "to the pool's port");
