@@ -67,7 +67,7 @@ struct {
  * its last port, and a larger one nearly so; a pool that is really full
  * refuses a new flow at a bounded cost. */
 #define V6N_NAT64_BIND_TRIES 8
-#define V6N_NAT64_SCAN_PORTS 256 /* at most ~10 us a refused flow when all are held */
+#define V6N_NAT64_SCAN_PORTS 256
 
 /* The transport fields of a packet the stateful path rewrites. */
 struct v6n_nat64_l4 {
