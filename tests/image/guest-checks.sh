@@ -476,7 +476,7 @@ gateway_translates() { # the host side's traffic shows in both directions' count
 }
 gateway_dns64() {
     systemctl is-active v6node-dns64.service &&
-        grep -q 'dns64-prefix: 64:ff9b::/96' /run/v6node/dns64.conf &&
+        grep -q 'dns64-prefix: 64:ff9b:1::/96' /run/v6node/dns64.conf &&
         ss -Hlnu 'sport = :53' | grep -q '\[::\]:53' || {
         journalctl -b -u v6node-dns64.service -o cat | tail -n 15
         ls -l /run/v6node/ /run/v6node/dns64.conf.d/
@@ -595,8 +595,8 @@ http_get() {
 }
 
 pod_reaches_ipv4_host_through_nat64() {
-    in_pod a ping -6 -c 3 -i 0.3 -W 3 64:ff9b::c000:201 &&
-        [[ "$(in_pod a bash -c "$(declare -f http_get); http_get 64:ff9b::c000:201 8080 /hello")" == "served over IPv4" ]]
+    in_pod a ping -6 -c 3 -i 0.3 -W 3 64:ff9b:1::c000:201 &&
+        [[ "$(in_pod a bash -c "$(declare -f http_get); http_get 64:ff9b:1::c000:201 8080 /hello")" == "served over IPv4" ]]
 }
 
 pod_reaches_ipv4_host_by_name_through_dns64() {
@@ -605,7 +605,7 @@ pod_reaches_ipv4_host_by_name_through_dns64() {
     # in the file system, so from any network namespace); it asks the gateway.
     answer=$(in_pod a getent ahostsv6 ipv4only.test | awk '{ print $1; exit }')
     echo "ipv4only.test -> $answer"
-    [[ "$answer" == 64:ff9b::c000:201 ]] &&
+    [[ "$answer" == 64:ff9b:1::c000:201 ]] &&
         [[ "$(in_pod a bash -c "$(declare -f http_get); http_get ipv4only.test 8080 /hello")" == "served over IPv4" ]]
 }
 

@@ -9,9 +9,9 @@
 #   which holds fd00:9::1, so nodes reach each other on one link)
 #
 # The node's pods (fd00:10:244:7::/64, routed to the node) reach the IPv4-only
-# host as 64:ff9b::192.0.2.1, through stateful NAT64: no EAM for them, they
+# host as 64:ff9b:1::192.0.2.1, through stateful NAT64: no EAM for them, they
 # share the pool address 203.0.113.1 ($gateway_pool). DNS64
-# on fd00:9::1 answers 64:ff9b::c000:201 for ipv4only.test, which only has an
+# on fd00:9::1 answers 64:ff9b:1::c000:201 for ipv4only.test, which only has an
 # A record on the IPv4 host's DNS server; that host serves HTTP on :8080.
 #
 # nat64_gateway_up ID OUTDIR [NODES]: makes the namespaces ($gw_ns, where qemu
@@ -68,7 +68,7 @@ devices = ["gwbr", "gw4"]
 devices = []
 [nat64]
 devices = ["gwbr", "gw4"]
-prefix = "64:ff9b::/96"
+prefix = "64:ff9b:1::/96"
 [nat64.stateful]
 pool = ["$gateway_pool"]
 sources = [$gateway_pool_sources]

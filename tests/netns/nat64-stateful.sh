@@ -58,6 +58,9 @@ devices = ["gw-c*", "gw-r", "gw4"]
 devices = []
 [nat64]
 devices = ["gw-c*", "gw-r", "gw4"]
+# RFC 8215's local-use prefix: documentation addresses are not global,
+# which the well-known 64:ff9b::/96 refuses (RFC 6052 3.1).
+prefix = "64:ff9b:1::/96"
 [nat64.stateful]
 pool = ["203.0.113.1"]
 sources = ["2001:db8:6::/48"]
@@ -70,7 +73,7 @@ pass_if "agent with [nat64.stateful] becomes ready" test $? = 0
 pool_use() { jq_status --arg p "$1" '.nat64.stateful.pool[] | select(.protocol == $p) | "\(.address) \(.in_use)/\(.ports)"'; }
 pass_if "status: pool 203.0.113.1, nothing in use, 64512 TCP ports and 100 UDP ones" \
     test "$(pool_use tcp) $(pool_use udp)" = "203.0.113.1 0/64512 203.0.113.1 0/100"
-server=64:ff9b::c000:202 # 192.0.2.2
+server=64:ff9b:1::c000:202 # 192.0.2.2
 
 pass_if "ping c1 -> the IPv4-only server through the pool" at "${clients[0]}" ping -q -c 3 -i 0.2 -W 2 "$server"
 pass_if "ping c2 and c3 at once (one echo identifier each)" bash -c "

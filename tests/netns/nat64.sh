@@ -6,7 +6,7 @@
 #   v6 (IPv6-only host)  --  gw (agent: translator + DNS64)  --  r4 (IPv4 router)  --  v4 (IPv4-only host)
 #   2001:db8:6::2           2001:db8:6::1 | 192.0.2.1            192.0.2.2 | 203.0.113.1     203.0.113.2
 #
-# v6 reaches v4 as 64:ff9b::203.0.113.2 (RFC 6052 prefix); v4 reaches v6 as
+# v6 reaches v4 as 64:ff9b:1::203.0.113.2 (RFC 6052 prefix); v4 reaches v6 as
 # 198.51.100.6 (explicit address mapping). The r4 -- v4 link has MTU 1400,
 # so path MTU discovery has to work through the translator. Covers ping, TCP
 # and UDP both ways, TTL expiry at the translator and beyond it, PMTUD both
@@ -49,7 +49,7 @@ devices = ["gw6", "gw4"]
 devices = []
 [nat64]
 devices = ["gw6", "gw4"]
-prefix = "64:ff9b::/96"
+prefix = "64:ff9b:1::/96"
 eam = [{ ipv6 = "2001:db8:6::2/128", ipv4 = "198.51.100.6/32" }]
 TOML
 
@@ -66,11 +66,11 @@ pass_if "agent with [nat64] becomes ready" ready
 pass_if "status: the translator is attached to gw6, gw4 and its fragmentation link, after the host programs" \
     test "$(jq_status '[.links[] | select(.attached) | "\(.device)-\(.direction)-\(.program)"] | sort | join(" ")')" \
     = "gw4-egress-v6n_to_dev gw4-ingress-v6n_from_dev gw4-nat64-v6n_nat64 gw6-egress-v6n_to_dev gw6-ingress-v6n_from_dev gw6-nat64-v6n_nat64 v6n-frag1-nat64-v6n_nat64"
-pass_if "status: prefix and one mapping" test "$(jq_status '.nat64 | "\(.prefix) \(.eam.entries)"')" = "64:ff9b::/96 1"
+pass_if "status: prefix and one mapping" test "$(jq_status '.nat64 | "\(.prefix) \(.eam.entries)"')" = "64:ff9b:1::/96 1"
 pass_if "bpftool prog show lists v6n_nat64" bash -c "bpftool prog show | grep -q 'name v6n_nat64'"
 
 # --- reachability ----------------------------------------------------------------
-server4=64:ff9b::cb00:7102 # 203.0.113.2
+server4=64:ff9b:1::cb00:7102 # 203.0.113.2
 pass_if "ping IPv6-only -> IPv4-only through the translator" at "$v6" ping -q -c 3 -i 0.2 -W 2 "$server4"
 pass_if "ping IPv4-only -> IPv6-only (198.51.100.6)" at "$v4" ping -q -c 3 -i 0.2 -W 2 198.51.100.6
 
@@ -91,7 +91,7 @@ pass_if "UDP IPv4 -> IPv6" bash -c "nsenter --net=/run/netns/$v4 iperf3 -c 198.5
 ptb_from_r4() {
     local out
     out=$(at "$v6" ping -c 2 -i 0.3 -W 1 -M do -s 1400 "$server4" 2>&1)
-    grep -qE 'From 64:ff9b::c000:202 .*Packet too big: mtu=1420' <<<"$out" || { echo "$out"; return 1; }
+    grep -qE 'From 64:ff9b:1::c000:202 .*Packet too big: mtu=1420' <<<"$out" || { echo "$out"; return 1; }
 }
 pass_if "DF ping 1448 bytes IPv6 -> IPv4: r4's Frag Needed arrives as Packet Too Big, mtu 1420" ptb_from_r4
 pass_if "the IPv6 host learnt path MTU 1420 (r4's 1400 + 20)" bash -c "ip -n $v6 -6 route get $server4 | grep -q 'mtu 1420'"
@@ -100,8 +100,8 @@ pass_if "the IPv6 host learnt path MTU 1420 (r4's 1400 + 20)" bash -c "ip -n $v6
 hop() { at "$1" ping -c 1 -W 2 -t "$2" "$3" 2>&1; } # ns, ttl, target
 pass_if "hop limit 1: Time Exceeded from the translator's IPv6 address" \
     bash -c "$(declare -f at hop); hop $v6 1 $server4 | grep -E 'From 2001:db8:6::1 .*Time exceeded'"
-pass_if "hop limit 2: r4's ICMP Time Exceeded, translated, from 64:ff9b::192.0.2.2" \
-    bash -c "$(declare -f at hop); hop $v6 2 $server4 | grep -E 'From 64:ff9b::c000:202 .*Time exceeded'"
+pass_if "hop limit 2: r4's ICMP Time Exceeded, translated, from 64:ff9b:1::192.0.2.2" \
+    bash -c "$(declare -f at hop); hop $v6 2 $server4 | grep -E 'From 64:ff9b:1::c000:202 .*Time exceeded'"
 pass_if "hop limit 3: the IPv4 host answers" bash -c "$(declare -f at hop); hop $v6 3 $server4 | grep -q '1 received'"
 pass_if "TTL 2 from the IPv4 side: Time Exceeded from the translator (192.0.2.1)" \
     bash -c "$(declare -f at hop); hop $v4 2 198.51.100.6 | grep -E 'From 192.0.2.1 .*Time to live exceeded'"
@@ -233,7 +233,7 @@ forward-zone:
     name: "test."
     forward-addr: 203.0.113.2
 CONF
-pass_if "the agent wrote unbound's DNS64 prefix" grep -qx '    dns64-prefix: 64:ff9b::/96' "$V6NODE_STATE_DIR/dns64.conf"
+pass_if "the agent wrote unbound's DNS64 prefix" grep -qx '    dns64-prefix: 64:ff9b:1::/96' "$V6NODE_STATE_DIR/dns64.conf"
 nsenter --net="/run/netns/$gw" unbound -d -c "$work/unbound.conf" >"$work/unbound.log" 2>&1 &
 wait_for "dnsmasq" bound "$v4" udp 53 && wait_for "unbound" bound "$gw" udp 53
 mkdir -p "/etc/netns/$v6"
@@ -253,7 +253,7 @@ dns64() {
         return 1
     }
 }
-pass_if "DNS64: AAAA for an A-only name is 64:ff9b::203.0.113.2" dns64
+pass_if "DNS64: AAAA for an A-only name is 64:ff9b:1::203.0.113.2" dns64
 pass_if "the IPv6-only host fetches http://ipv4only.test:8080/ by name through the translator" \
     test "$(ip netns exec "$v6" curl -sf --max-time 5 http://ipv4only.test:8080/hello)" = "served over IPv4"
 
@@ -283,22 +283,22 @@ pass_if "status shows two mappings" test "$(jq_status '.nat64.eam.entries')" = 2
 ip -n "$v6" addr add 2001:db8:6::3/64 dev v6h0
 pass_if "the new mapping translates: IPv4 host pings 198.51.100.7" at "$v4" ping -q -c 2 -i 0.2 -W 2 198.51.100.7
 
-# An IPv6 service numbered under the prefix (64:ff9b::198.51.100.65), reached
+# An IPv6 service numbered under the prefix (64:ff9b:1::198.51.100.65), reached
 # from IPv4 by nat64.translatable alone, no EAM.
-ip -n "$v6" addr add 64:ff9b::c633:6441/128 dev v6h0
-ip -n "$gw" route add 64:ff9b::c633:6440/122 via 2001:db8:6::2
+ip -n "$v6" addr add 64:ff9b:1::c633:6441/128 dev v6h0
+ip -n "$gw" route add 64:ff9b:1::c633:6440/122 via 2001:db8:6::2
 pass_if "before nat64.translatable, 198.51.100.65 is not translated" \
     bash -c "! nsenter --net=/run/netns/$v4 ping -q -c 1 -W 1 198.51.100.65"
 printf '[nat64]\ntranslatable = ["198.51.100.64/26"]\n' >"$root/etc/v6node/dataplane.d/55-translatable.toml"
 pass_if "reload adding translatable 198.51.100.64/26 succeeds; status shows it" \
     bash -c "$(declare -f at reload status_json jq_status); bin=$bin agent=$agent gw=$gw; reload && test \"\$(jq_status '.nat64.translatable.entries')\" = 1"
-pass_if "IPv4 host pings 198.51.100.65: the IPv6 service at 64:ff9b::198.51.100.65 answers" \
+pass_if "IPv4 host pings 198.51.100.65: the IPv6 service at 64:ff9b:1::198.51.100.65 answers" \
     at "$v4" ping -q -c 2 -i 0.2 -W 2 198.51.100.65
 tcp_v4_to_translatable() {
     at "$v6" python3 -c "
 import socket
 s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('64:ff9b::c633:6441', 8465)); s.listen(1); s.settimeout(10)
+s.bind(('64:ff9b:1::c633:6441', 8465)); s.listen(1); s.settimeout(10)
 c, peer = s.accept(); c.sendall(peer[0].encode()); c.close()" &
     local server=$!
     wait_for "the IPv6 service" bound "$v6" tcp 8465
@@ -308,12 +308,12 @@ import socket
 s = socket.create_connection(('198.51.100.65', 8465), timeout=5); print(s.recv(100).decode())")
     wait "$server"
     echo "the service saw $seen"
-    [[ "$seen" == 64:ff9b::cb00:7102 ]]
+    [[ "$seen" == 64:ff9b:1::cb00:7102 ]]
 }
-pass_if "TCP IPv4 -> 198.51.100.65: the service sees the client as 64:ff9b::203.0.113.2" tcp_v4_to_translatable
+pass_if "TCP IPv4 -> 198.51.100.65: the service sees the client as 64:ff9b:1::203.0.113.2" tcp_v4_to_translatable
 rm "$root/etc/v6node/dataplane.d/55-translatable.toml"
 # Gone, or it would be the IPv6 host's source for the prefixes below.
-ip -n "$v6" addr del 64:ff9b::c633:6441/128 dev v6h0
+ip -n "$v6" addr del 64:ff9b:1::c633:6441/128 dev v6h0
 
 echo '[nat64]
 eam = [{ ipv6 = "2001:db8:6::/120", ipv4 = "198.51.100.0/25" }]' >"$root/etc/v6node/dataplane.d/60-bad.toml"
@@ -322,6 +322,18 @@ pass_if "a reload with a bad mapping is refused, naming the file and key" refuse
 pass_if "...and the mappings in force are unchanged" test "$(jq_status '.nat64.eam.entries')" = 2
 pass_if "...and traffic still flows" at "$v4" ping -q -c 2 -i 0.2 -W 2 198.51.100.6
 rm "$root/etc/v6node/dataplane.d/60-bad.toml"
+# RFC 6052 3.1: the well-known prefix carries global IPv4 only; this
+# world's documentation addresses are not.
+echo '[nat64]
+prefix = "64:ff9b::/96"' >"$root/etc/v6node/dataplane.d/60-bad.toml"
+wkp_refused() {
+    ! reload >"$work/reload.out" 2>&1 &&
+        grep -q 'nat64.eam\[[0-9]\].ipv4: 198\.51\.100\.[0-9/]* is not a global IPv4 range .*RFC 6052 3.1 forbids it' "$work/reload.out" ||
+        { cat "$work/reload.out"; return 1; }
+}
+pass_if "a reload to 64:ff9b::/96 with documentation addresses is refused, naming the key and RFC 6052 3.1" wkp_refused
+pass_if "...and the prefix in force is unchanged" test "$(jq_status '.nat64.prefix')" = 64:ff9b:1::/96
+pass_if "...and traffic still flows" at "$v4" ping -q -c 2 -i 0.2 -W 2 198.51.100.6
 
 echo '[nat64]
 prefix = "64:ff9b:1::/48"' >"$root/etc/v6node/dataplane.d/70-prefix.toml"

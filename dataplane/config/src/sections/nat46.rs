@@ -292,7 +292,7 @@ mod tests {
             "gateway[0]'s already",
         );
         bad(
-            "[nat64]\ndevices = [\"eth0\"]\n[nat64.stateful]\npool = [\"198.51.100.80\"]\nsources = [\"fd00::/8\"]\n\
+            "[nat64]\ndevices = [\"eth0\"]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"198.51.100.80\"]\nsources = [\"fd00::/8\"]\n\
              [nat46]\nsource_prefix = \"2001:db8:46::/96\"\n[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n",
             "nat46.gateway[0].frontend",
             "nat64.stateful.pool",

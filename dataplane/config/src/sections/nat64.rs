@@ -2,6 +2,7 @@
 //! `[nat64]`: the stateless NAT46/64 translator, and under it
 //! `[nat64.stateful]`.
 
+mod global;
 pub(crate) mod stateful;
 
 use std::collections::HashMap;
@@ -55,6 +56,28 @@ impl Nat64 {
         let net = self.translatable.iter().find(|n| n.contains(&addr))?;
         Some(format!("{addr} is in nat64.translatable ({net})"))
     }
+
+    /// Why `net` cannot be represented under `prefix`: RFC 6052 3.1 keeps
+    /// the well-known prefix to global IPv4 addresses.
+    pub(crate) fn cannot_represent(&self, net: Ipv4Net) -> Option<String> {
+        self.refuse_under_well_known(net, format!("{net} is not a global IPv4 range"))
+    }
+
+    /// The same for one address (`nat64.stateful.pool`).
+    pub(crate) fn cannot_represent_address(&self, addr: Ipv4Addr) -> Option<String> {
+        self.refuse_under_well_known(addr.into(), format!("{addr} is not a global IPv4 address"))
+    }
+
+    fn refuse_under_well_known(&self, net: Ipv4Net, what: String) -> Option<String> {
+        if self.prefix != well_known_prefix() {
+            return None;
+        }
+        let why = global::non_global(net)?;
+        Some(format!(
+            "{what} {why}; RFC 6052 3.1 forbids it under the well-known prefix {} (use a network-specific prefix)",
+            self.prefix
+        ))
+    }
 }
 
 /// RFC 6052's well-known prefix, 64:ff9b::/96.
@@ -83,10 +106,10 @@ pub(crate) fn read(v: &Validator, root: &Table, nat64: &mut Nat64) -> Result<()>
         nat64.prefix = nat64_prefix(s).map_err(|r| v.err("nat64.prefix", r))?;
     }
     if let Some(value) = t.get("eam") {
-        nat64.eam = eams(v, "nat64.eam", value)?;
+        nat64.eam = eams(v, "nat64.eam", value, nat64)?;
     }
     if let Some(items) = v.strings(t, "nat64.translatable")? {
-        nat64.translatable = translatable(v, "nat64.translatable", &items)?;
+        nat64.translatable = translatable(v, "nat64.translatable", &items, nat64)?;
     }
     if let Some(value) = t.get("stateful") {
         nat64.stateful = Some(stateful::read(v, value, nat64)?);
@@ -96,8 +119,8 @@ pub(crate) fn read(v: &Validator, root: &Table, nat64: &mut Nat64) -> Result<()>
 
 /// `translatable = ["198.51.100.0/24", ...]`: IPv4 prefixes, none inside
 /// another (the table is a longest-prefix match; nesting would mean
-/// nothing).
-fn translatable(v: &Validator, path: &str, items: &[&str]) -> Result<Vec<Ipv4Net>> {
+/// nothing), each one `nat64` (its prefix read already) may represent.
+fn translatable(v: &Validator, path: &str, items: &[&str], nat64: &Nat64) -> Result<Vec<Ipv4Net>> {
     // The translator's table size (abi.h).
     v.at_most(path, items.len(), v6node_abi::XLAT4_MAX as usize, "prefixes")?;
     let mut out: Vec<Ipv4Net> = Vec::with_capacity(items.len());
@@ -107,13 +130,18 @@ fn translatable(v: &Validator, path: &str, items: &[&str]) -> Result<Vec<Ipv4Net
         if let Some(j) = out.iter().position(|n| n.contains(&net) || net.contains(n)) {
             return Err(v.err(&key, format!("{net} overlaps {} (item {j})", out[j])));
         }
+        if let Some(reason) = nat64.cannot_represent(net) {
+            return Err(v.err(&key, reason));
+        }
         out.push(net);
     }
     Ok(out)
 }
 
-/// `eam = [{ ipv6 = "...", ipv4 = "..." }, ...]`
-fn eams(v: &Validator, path: &str, value: &Value) -> Result<Vec<Eam>> {
+/// `eam = [{ ipv6 = "...", ipv4 = "..." }, ...]`. An IPv6 node reaches an
+/// EAM's IPv4 side under `nat64.prefix` too (through DNS64, hairpinned):
+/// it must be one the prefix may represent.
+fn eams(v: &Validator, path: &str, value: &Value, nat64: &Nat64) -> Result<Vec<Eam>> {
     let Value::Array(items) = value else {
         return Err(v.type_err(
             path,
@@ -156,6 +184,9 @@ fn eams(v: &Validator, path: &str, value: &Value) -> Result<Vec<Eam>> {
         }
         if let Some(j) = seen4.insert(ipv4, i) {
             return Err(v.err(&format!("{key}.ipv4"), format!("{ipv4} is mapped already (item {j})")));
+        }
+        if let Some(reason) = nat64.cannot_represent(ipv4) {
+            return Err(v.err(&format!("{key}.ipv4"), reason));
         }
         out.push(Eam { ipv6, ipv4 });
     }
@@ -247,7 +278,8 @@ eam = [
 
     #[test]
     fn bad_nat64_mappings() {
-        let eam = |items: &str| format!("[nat64]\neam = [{items}]\n");
+        // Documentation addresses are not global: a network-specific prefix.
+        let eam = |items: &str| format!("[nat64]\nprefix = \"64:ff9b:1::/48\"\neam = [{items}]\n");
         bad(
             &eam(r#"{ ipv6 = "2001:db8::/120", ipv4 = "198.51.100.0/25" }"#),
             "nat64.eam[0]",
@@ -275,12 +307,73 @@ eam = [
     }
 
     #[test]
+    fn well_known_prefix_refuses_non_global_ipv4() {
+        let why = "RFC 6052 3.1 forbids it under the well-known prefix 64:ff9b::/96 (use a network-specific prefix)";
+        // The default prefix is the well-known one: what it would represent
+        // must be global.
+        let eam = |ipv4: &str| format!("[nat64]\neam = [{{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"{ipv4}\" }}]\n");
+        let e = bad(&eam("10.0.0.0/24"), "nat64.eam[0].ipv4", why);
+        assert!(e.reason.starts_with("10.0.0.0/24 is not a global IPv4 range (in 10.0.0.0/8, private-use"), "{e}");
+        let translatable = |net: &str| format!("[nat64]\nprefix = \"64:ff9b::/96\"\ntranslatable = [\"{net}\"]\n");
+        for (net, names) in [
+            ("10.0.0.0/8", "10.0.0.0/8 is not a global IPv4 range (private-use"),
+            ("172.20.0.0/16", "in 172.16.0.0/12, private-use"),
+            ("192.168.1.0/24", "in 192.168.0.0/16, private-use"),
+            ("100.64.0.0/10", "shared address space"),
+            ("127.0.0.1/32", "127.0.0.1/32 is not a global IPv4 range (in 127.0.0.0/8, loopback"),
+            ("169.254.0.0/16", "link-local"),
+            ("0.0.0.0/8", "\"this network\""),
+            ("192.0.0.8/31", "in 192.0.0.0/24, IETF protocol assignments"),
+            ("192.0.2.0/24", "documentation"),
+            ("198.19.0.0/16", "in 198.18.0.0/15, benchmarking"),
+            ("198.51.100.0/24", "documentation"),
+            ("203.0.113.10/32", "in 203.0.113.0/24, documentation"),
+            ("240.0.0.0/4", "reserved"),
+            ("255.255.255.255/32", "in 240.0.0.0/4, reserved"),
+            ("224.0.0.0/4", "multicast"),
+            ("192.0.0.0/16", "it overlaps 192.0.0.0/24"),
+            ("0.0.0.0/0", "0.0.0.0/0 is not a global IPv4 range (it overlaps 0.0.0.0/8"),
+        ] {
+            let e = bad(&translatable(net), "nat64.translatable[0]", why);
+            assert!(e.reason.contains(names), "{net}: {e}");
+        }
+        let e = bad("[nat64.stateful]\npool = [\"192.0.2.1\"]\nsources = [\"fd00:10::/48\"]\n", "nat64.stateful.pool[0]", why);
+        assert!(e.reason.starts_with("192.0.2.1 is not a global IPv4 address (in 192.0.2.0/24, documentation"), "{e}");
+        bad(
+            "[nat64]\nprefix = \"64:ff9b::/96\"\n[nat64.stateful]\npool = [\"8.8.8.8\", \"172.31.255.255\"]\nsources = [\"fd00:10::/48\"]\n",
+            "nat64.stateful.pool[1]",
+            "172.31.255.255 is not a global IPv4 address (in 172.16.0.0/12",
+        );
+
+        // Global addresses, next to and around the ranges, are fine under it.
+        let c = ok("[nat64]\neam = [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"192.0.3.0/24\" }, { ipv6 = \"2001:db8:7::/128\", ipv4 = \"192.0.0.9/32\" }]\n\
+                    translatable = [\"100.128.0.0/9\", \"11.0.0.0/8\", \"172.32.0.0/11\", \"192.0.0.10/32\", \"223.255.255.0/24\"]\n\
+                    [nat64.stateful]\npool = [\"8.8.8.8\", \"198.20.0.1\"]\nsources = [\"fd00:10::/48\"]\n");
+        assert_eq!((c.nat64.eam.len(), c.nat64.translatable.len()), (2, 5));
+        // A network-specific prefix may carry any IPv4 address, even one
+        // inside 64:ff9b::/32 (RFC 8215's local-use 64:ff9b:1::/48).
+        for prefix in ["64:ff9b:1::/48", "2001:db8:64::/96", "64:ff9b::/64"] {
+            let c = ok(&format!(
+                "[nat64]\nprefix = \"{prefix}\"\neam = [{{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"10.0.0.0/24\" }}]\n\
+                 translatable = [\"192.168.0.0/16\", \"198.51.100.0/24\"]\n\
+                 [nat64.stateful]\npool = [\"203.0.113.1\", \"100.64.0.1\"]\nsources = [\"fd00:10::/48\"]\n"
+            ));
+            assert_eq!(c.nat64.stateful.expect("stateful").pool.len(), 2, "{prefix}");
+        }
+        // A NAT46 gateway's VIPs are not represented under nat64.prefix (its
+        // clients are, under nat46.source_prefix, which may not overlap it).
+        let c = ok("[nat64]\ndevices = [\"eth0\"]\n[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n\
+                    [[nat46.gateway]]\nfrontend = \"10.0.0.80:443\"\n");
+        assert_eq!(c.nat46.expect("nat46").gateways[0].frontend.to_string(), "10.0.0.80:443");
+    }
+
+    #[test]
     fn nat64_translatable_ranges() {
-        let c = ok("[nat64]\ntranslatable = [\"198.51.100.0/24\", \"203.0.113.10/32\"]\n");
+        let c = ok("[nat64]\nprefix = \"64:ff9b:1::/48\"\ntranslatable = [\"198.51.100.0/24\", \"203.0.113.10/32\"]\n");
         let ranges: Vec<String> = c.nat64.translatable.iter().map(ToString::to_string).collect();
         assert_eq!(ranges, ["198.51.100.0/24", "203.0.113.10/32"]);
         assert!(ok("").nat64.translatable.is_empty());
-        let list = |items: &str| format!("[nat64]\ntranslatable = [{items}]\n");
+        let list = |items: &str| format!("[nat64]\nprefix = \"64:ff9b:1::/48\"\ntranslatable = [{items}]\n");
         bad(&list(r#""198.51.100.0/24", "198.51.100.128/25""#), "nat64.translatable[1]", "overlaps 198.51.100.0/24 (item 0)");
         bad(&list(r#""198.51.100.1/24""#), "nat64.translatable[0]", "host bits set");
         bad(&list(r#""198.51.100.1""#), "nat64.translatable[0]", "write 198.51.100.1/32");

@@ -65,7 +65,10 @@ keywords!(Nat64Filtering, "filtering", {
 });
 
 /// `[nat64.stateful]`, checked against the stateless mappings in `nat64`
-/// so that no pool address is also a destination of theirs.
+/// so that no pool address is also a destination of theirs, and against
+/// its prefix: a client reaches another through its pool address under
+/// the prefix (hairpinning), so the well-known prefix takes global
+/// addresses only.
 pub(crate) fn read(v: &Validator, value: &Value, nat64: &Nat64) -> Result<Nat64Stateful> {
     const PATH: &str = "nat64.stateful";
     let Value::Table(t) = value else {
@@ -100,7 +103,7 @@ pub(crate) fn read(v: &Validator, value: &Value, nat64: &Nat64) -> Result<Nat64S
         if let Some(j) = pool.iter().position(|a| *a == addr) {
             return Err(v.err(&key, format!("duplicate address {addr} (also item {j})")));
         }
-        if let Some(reason) = nat64.maps_statelessly(addr) {
+        if let Some(reason) = nat64.maps_statelessly(addr).or_else(|| nat64.cannot_represent_address(addr)) {
             return Err(v.err(&key, reason));
         }
         pool.push(addr);
@@ -159,8 +162,11 @@ mod tests {
 
     #[test]
     fn nat64_stateful_pool_sources_ranges_and_lifetimes() {
+        // Documentation addresses are not global: a network-specific prefix
+        // (RFC 8215's local-use 64:ff9b:1::/48) may carry them, the
+        // well-known one may not.
         assert!(ok("").nat64.stateful.is_none());
-        let c = ok("[nat64.stateful]\npool = [\"203.0.113.1\", \"203.0.113.2\"]\nsources = [\"fd00:10::/48\"]\n");
+        let c = ok("[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.1\", \"203.0.113.2\"]\nsources = [\"fd00:10::/48\"]\n");
         let s = c.nat64.stateful.expect("stateful");
         assert_eq!(s.pool.len(), 2);
         assert_eq!(s.sources[0].to_string(), "fd00:10::/48");
@@ -171,27 +177,37 @@ mod tests {
             (300, 7440, 240, 60),
             "RFC 6146's defaults"
         );
-        let c = ok("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\nudp_ports = \"20000-20099\"\n\
+        let c = ok("[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\nudp_ports = \"20000-20099\"\n\
                     icmp_ids = \"0-99\"\nfiltering = \"address-dependent\"\nudp_seconds = 120\n");
         let s = c.nat64.stateful.unwrap();
         assert_eq!((s.udp_ports.first, s.udp_ports.last, s.icmp_ids.count()), (20000, 20099, 100));
         assert_eq!((s.filtering, s.udp_seconds), (Nat64Filtering::AddressDependent, 120));
 
-        let with = |extra: &str| format!("[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\n{extra}");
-        bad("[nat64.stateful]\nsources = [\"fd00:10::/48\"]\n", "nat64.stateful.pool", "missing or empty");
-        bad("[nat64.stateful]\npool = [\"203.0.113.1\"]\n", "nat64.stateful.sources", "missing or empty");
+        let with = |extra: &str| {
+            format!("[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00:10::/48\"]\n{extra}")
+        };
         bad(
-            "[nat64.stateful]\npool = [\"203.0.113.0/30\"]\nsources = [\"fd00:10::/48\"]\n",
+            "[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\nsources = [\"fd00:10::/48\"]\n",
+            "nat64.stateful.pool",
+            "missing or empty",
+        );
+        bad(
+            "[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.1\"]\n",
+            "nat64.stateful.sources",
+            "missing or empty",
+        );
+        bad(
+            "[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.0/30\"]\nsources = [\"fd00:10::/48\"]\n",
             "nat64.stateful.pool[0]",
             "list addresses",
         );
         bad(
-            "[nat64.stateful]\npool = [\"203.0.113.1\", \"203.0.113.1\"]\nsources = [\"fd00::/8\"]\n",
+            "[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.1\", \"203.0.113.1\"]\nsources = [\"fd00::/8\"]\n",
             "nat64.stateful.pool[1]",
             "duplicate",
         );
         bad(
-            "[nat64]\neam = [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"203.0.113.0/24\" }]\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00::/8\"]\n",
+            "[nat64]\nprefix = \"64:ff9b:1::/48\"\neam = [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"203.0.113.0/24\" }]\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"fd00::/8\"]\n",
             "nat64.stateful.pool[0]",
             "explicit address mapping of 203.0.113.0/24",
         );
@@ -202,7 +218,7 @@ mod tests {
         bad(&with("udp_seconds = 0\n"), "nat64.stateful.udp_seconds", "out of range");
         bad(&with("window = 1\n"), "nat64.stateful.window", "unknown key");
         bad(
-            "[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"::/0\"]\n",
+            "[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [\"203.0.113.1\"]\nsources = [\"::/0\"]\n",
             "nat64.stateful.sources[0]",
             "every IPv6 source",
         );
@@ -212,7 +228,10 @@ mod tests {
     fn a_carrier_pool_of_a_slash_22_with_every_port_is_taken_and_more_refused() {
         let pool = |n: u32| {
             let items: Vec<String> = (0..n).map(|i| format!("\"{}\"", std::net::Ipv4Addr::from(0xcb00_7000 + i))).collect();
-            format!("[nat64.stateful]\npool = [{}]\nsources = [\"fd00::/8\"]\n", items.join(", "))
+            format!(
+                "[nat64]\nprefix = \"64:ff9b:1::/48\"\n[nat64.stateful]\npool = [{}]\nsources = [\"fd00::/8\"]\n",
+                items.join(", ")
+            )
         };
         let c = ok(&pool(1024));
         let s = c.nat64.stateful.expect("stateful");
