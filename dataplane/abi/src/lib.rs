@@ -20,9 +20,9 @@ pub use generated::{
     v6n_endpoint_key as EndpointKey, v6n_endpoint_value as EndpointValue, v6n_lb_config as LbConfig, v6n_lpm4_key as Lpm4Key,
     v6n_lpm6_key as Lpm6Key, v6n_maglev_table as MaglevTable, v6n_nat64_config as Nat64Config, v6n_reason as Reason,
     V6N_COUNTERS_MAX as COUNTERS_MAX, V6N_CT_REPLY as CT_REPLY, V6N_DENY_SRC_MAX as DENY_SRC_MAX,
-    V6N_DSR_OPT_TYPE as DSR_OPT_TYPE, V6N_EAM_MAX as EAM_MAX, V6N_ENDPOINTS_MAX as ENDPOINTS_MAX,
-    V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_LB_DSR as LB_DSR, V6N_MAGLEV_SIZE as MAGLEV_SIZE,
-    V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL, V6N_XLAT4_MAX as XLAT4_MAX,
+    V6N_DSR_OPT_TYPE as DSR_OPT_TYPE, V6N_EAM_MAX as EAM_MAX, V6N_EAM_ROUTED_NATIVELY as EAM_ROUTED_NATIVELY,
+    V6N_ENDPOINTS_MAX as ENDPOINTS_MAX, V6N_ENDPOINT_NETKIT as ENDPOINT_NETKIT, V6N_LB_DSR as LB_DSR,
+    V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL, V6N_XLAT4_MAX as XLAT4_MAX,
 };
 pub use generated::{
     v6n_nat46_frontend as Nat46Frontend, v6n_nat46_frontend_key as Nat46FrontendKey,

@@ -12,7 +12,14 @@ use std::{
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
-use rtnetlink::{constants::RTMGRP_LINK, sys::AsyncSocket, sys::SocketAddr, Handle};
+use rtnetlink::{
+    constants::{RTMGRP_IPV6_ROUTE, RTMGRP_LINK},
+    packet_core::NetlinkPayload,
+    packet_route::RouteNetlinkMessage,
+    sys::AsyncSocket,
+    sys::SocketAddr,
+    Handle,
+};
 use sd_notify::NotifyState;
 use tokio::{
     signal::unix::{signal, SignalKind},
@@ -121,7 +128,13 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     check_bpffs(&paths)?;
 
     let (mut connection, netlink, mut events) = rtnetlink::new_connection().context("opening rtnetlink")?;
-    connection.socket_mut().socket_mut().bind(&SocketAddr::new(0, RTMGRP_LINK)).context("subscribing to device events")?;
+    // Devices to attach to; IPv6 routes, which say which EAMs the network
+    // routes natively.
+    connection
+        .socket_mut()
+        .socket_mut()
+        .bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV6_ROUTE))
+        .context("subscribing to device and route events")?;
     tokio::spawn(connection);
 
     let devices = Devices::new(paths.clone())?;
@@ -170,6 +183,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
     let mut watchdog =
         sd_notify::watchdog_enabled(false, &mut watchdog_usec).then(|| interval(Duration::from_micros(watchdog_usec / 2)));
     let mut settle_at: Option<TokioInstant> = None;
+    let mut routes_settle_at: Option<TokioInstant> = None;
     let mut cluster_settle_at: Option<TokioInstant> = None;
     let mut cluster_cost = Duration::ZERO;
     let mut cluster_changes = daemon.cluster.as_ref().map(Cluster::subscribe);
@@ -197,12 +211,20 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
-            Some(_) = events.next() => {
-                settle_at.get_or_insert_with(|| TokioInstant::now() + SETTLE);
+            Some((message, _)) = events.next() => {
+                let settle = match message.payload {
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(_) | RouteNetlinkMessage::DelRoute(_)) => &mut routes_settle_at,
+                    _ => &mut settle_at,
+                };
+                settle.get_or_insert_with(|| TokioInstant::now() + SETTLE);
             }
             _ = async { match settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
                 settle_at = None;
                 daemon.sync_devices().await;
+            }
+            _ = async { match routes_settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
+                routes_settle_at = None;
+                daemon.sync_nat_routes().await;
             }
             _ = resync.tick() => daemon.resync().await,
             _ = nat_sweep.tick() => daemon.sweep_nat(),
@@ -302,6 +324,21 @@ impl Daemon {
     }
 
     /// The NAT sweeps' timer; what they find shows in `status`.
+    async fn sync_nat_routes(&mut self) {
+        let Some(stats) = self.shared.read(|s| s.nat64.clone()) else {
+            return;
+        };
+        match self.nat.sync_routes(&self.shared.paths.pin_dir, &self.netlink, &self.loaded.config, &stats).await {
+            Ok(Some(routed_natively)) => self.update(|s| {
+                if let Some(nat64) = s.nat64.as_mut() {
+                    nat64.eam_routed_natively = routed_natively;
+                }
+            }),
+            Ok(None) => {}
+            Err(e) => log::error!("EAMs after a route change: {e:#}"),
+        }
+    }
+
     fn sweep_nat(&mut self) {
         let Some(mut stats) = self.shared.read(|s| s.nat64.clone()) else {
             return;

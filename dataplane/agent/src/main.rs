@@ -15,6 +15,7 @@ mod files;
 mod filter;
 mod linkinfo;
 mod logging;
+mod main_table;
 mod metrics;
 mod nat;
 mod netdev;

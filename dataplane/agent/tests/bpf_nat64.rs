@@ -261,6 +261,30 @@ fn unmapped_source_to_the_prefix_is_dropped_and_counted() {
 }
 
 #[test]
+fn a_destination_the_ipv6_network_routes_stays_ipv6_and_is_translated_as_a_source() {
+    let net = Net::enter();
+    let mut xlat = Xlat::load("native");
+    // Two nodes' pods with IPv4 identities, as a BGP gateway that also routes
+    // between them holds them: one mapping is flagged routed natively.
+    let (pod_a, pod_b): (Ipv6Addr, Ipv6Addr) = ("2001:db8:66::5".parse().unwrap(), "2001:db8:67::7".parse().unwrap());
+    xlat.add_eam(pod_a, 120, Ipv4Addr::new(203, 0, 113, 0), 24);
+    xlat.add_eam_with_flags(pod_b, 120, Ipv4Addr::new(198, 51, 100, 0), 24, v6node_abi::EAM_ROUTED_NATIVELY as u16);
+    let to_pod_b = ethernet(ETH_IPV6, &ipv6(pod_a, pod_b, 64, 6, &tcp(40000, 80, b""), Some(6)));
+    let run = xlat.run(&to_pod_b, net.v6);
+    assert_eq!(run.verdict, TC_ACT_UNSPEC, "pod to pod is plain IPv6");
+    assert_eq!(&run.packet, &to_pod_b, "untouched");
+    // Without the flag the same packet is translated (RFC 7757 hairpinning).
+    let to_pod_a = ethernet(ETH_IPV6, &ipv6(pod_b, pod_a, 64, 17, &udp(1, 2, b"x"), Some(6)));
+    assert_ne!(xlat.run(&to_pod_a, net.v6).verdict, TC_ACT_UNSPEC, "unflagged: translated");
+    // The routed pod still reaches IPv4 under its IPv4 identity, and IPv4
+    // reaches it.
+    let out = xlat.run(&ethernet(ETH_IPV6, &ipv6(pod_b, V4_HOST_AS_V6, 64, 17, &udp(1, 2, b"x"), Some(6))), net.v6);
+    assert_eq!(v4_addrs(&out.packet), (Ipv4Addr::new(198, 51, 100, 7), V4_HOST));
+    let back = ethernet(ETH_IPV4, &ipv4(V4_HOST, Ipv4Addr::new(198, 51, 100, 7), 64, 17, 0, &udp(2, 1, b"y"), Some(6)));
+    assert_eq!(v6_addrs(&xlat.run(&back, net.v4).packet), (V4_HOST_AS_V6, pod_b));
+}
+
+#[test]
 fn hop_limit_running_out_is_answered_with_time_exceeded_from_the_ingress_side() {
     let net = Net::enter();
     let xlat = Xlat::load("ttl");

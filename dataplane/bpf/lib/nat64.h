@@ -79,11 +79,12 @@ static __always_inline __u32 v6n_low_mask(__u32 bits)
 
 /*
  * IPv6 -> IPv4. Returns 0 and sets *out (network order), or -1 when the
- * address is in neither the EAM table nor the prefix. The RFC 6052 "u" octet
+ * address is in neither the EAM table nor the prefix, or is a destination
+ * the IPv6 network routes (V6N_EAM_ROUTED_NATIVELY). The RFC 6052 "u" octet
  * (bits 64-71) must be zero for prefixes shorter than /96.
  */
-static __always_inline int v6n_map_6to4(const struct v6n_nat64_config *cfg, const struct in6_addr *addr,
-					__be32 *out)
+static __always_inline int v6n_map_6to4_as(const struct v6n_nat64_config *cfg, const struct in6_addr *addr,
+					   __be32 *out, int destination)
 {
 	struct v6n_lpm6_key key = { .prefixlen = 128 };
 	const struct v6n_eam_value *eam;
@@ -92,6 +93,8 @@ static __always_inline int v6n_map_6to4(const struct v6n_nat64_config *cfg, cons
 	__builtin_memcpy(key.addr, a, 16);
 	eam = bpf_map_lookup_elem(&v6n_eam6, &key);
 	if (eam) {
+		if (destination && (eam->flags & V6N_EAM_ROUTED_NATIVELY))
+			return -1;
 		__u32 mask = v6n_low_mask(32 - eam->ipv4_len);
 		__u32 suffix = bpf_ntohl(addr->s6_addr32[3]) & mask;
 		__u32 net = ((__u32)eam->ipv4[0] << 24) | ((__u32)eam->ipv4[1] << 16) |
@@ -140,6 +143,13 @@ static __always_inline int v6n_map_6to4(const struct v6n_nat64_config *cfg, cons
 	}
 	*out = bpf_htonl(((__u32)b0 << 24) | ((__u32)b1 << 16) | ((__u32)b2 << 8) | b3);
 	return 0;
+}
+
+/* A source, or an address inside a quoted packet: any mapping applies. */
+static __always_inline int v6n_map_6to4(const struct v6n_nat64_config *cfg, const struct in6_addr *addr,
+					__be32 *out)
+{
+	return v6n_map_6to4_as(cfg, addr, out, 0);
 }
 
 /* IPv4 (network order) in the EAM table -> IPv6. Returns -1 when absent. */

@@ -332,7 +332,7 @@ static __noinline v6n_outcome v6n_6to4(struct __sk_buff *skb)
 			return V6N_DROP(-vip);
 		saddr = (__be32)vip; /* 0 for an error: v6n_6to4_icmp_error finds its VIP */
 		__builtin_memcpy(&daddr, ip6.daddr.s6_addr + 12, 4);
-	} else if (v6n_map_6to4(cfg, &ip6.daddr, &daddr) < 0) {
+	} else if (v6n_map_6to4_as(cfg, &ip6.daddr, &daddr, 1) < 0) {
 		return V6N_NOT_OURS;
 	} else if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
 		/* An EAM destination from an unmapped source is plain IPv6 routed

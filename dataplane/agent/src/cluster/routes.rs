@@ -8,17 +8,17 @@
 
 use std::{collections::BTreeMap, net::Ipv6Addr};
 
-use futures::TryStreamExt;
 use ipnet::Ipv6Net;
 use rtnetlink::{
-    packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType},
+    packet_route::route::{RouteMessage, RouteProtocol, RouteType},
     Handle, RouteMessageBuilder,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::main_table::{self, MAIN_TABLE};
+
 /// v6node's route protocol number: `ip -6 route show proto 118` lists its routes.
 pub const PROTOCOL: u8 = 118;
-const MAIN_TABLE: u32 = 254;
 
 /// A route the cluster view asks for.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,34 +80,12 @@ fn message(prefix: Ipv6Net, via: Option<Ipv6Addr>) -> RouteMessage {
 /// IPv6 routes of the main table by prefix: (protocol, gateway).
 async fn current(handle: &Handle) -> anyhow::Result<BTreeMap<Ipv6Net, (RouteProtocol, Option<Ipv6Addr>)>> {
     let mut routes = BTreeMap::new();
-    let mut dump = handle.route().get(RouteMessageBuilder::<Ipv6Addr>::new().build()).execute();
-    while let Some(route) = dump.try_next().await? {
-        let table = route
-            .attributes
-            .iter()
-            .find_map(|a| match a {
-                RouteAttribute::Table(t) => Some(*t),
-                _ => None,
-            })
-            .unwrap_or(u32::from(route.header.table));
-        if table != MAIN_TABLE {
-            continue;
-        }
-        let mut destination = Ipv6Addr::UNSPECIFIED;
-        let mut gateway = None;
-        for attribute in &route.attributes {
-            match attribute {
-                RouteAttribute::Destination(RouteAddress::Inet6(a)) => destination = *a,
-                RouteAttribute::Gateway(RouteAddress::Inet6(a)) => gateway = Some(*a),
-                _ => {}
-            }
-        }
-        let Ok(prefix) = Ipv6Net::new(destination, route.header.destination_prefix_length) else { continue };
+    for route in main_table::routes(handle).await? {
         // Ours win over any other for the same prefix in the map: they are
         // the ones to compare.
-        let ours = route.header.protocol == RouteProtocol::Other(PROTOCOL);
-        if ours || !routes.contains_key(&prefix) {
-            routes.insert(prefix, (route.header.protocol, gateway));
+        let ours = route.protocol == RouteProtocol::Other(PROTOCOL);
+        if ours || !routes.contains_key(&route.prefix) {
+            routes.insert(route.prefix, (route.protocol, route.gateway));
         }
     }
     Ok(routes)

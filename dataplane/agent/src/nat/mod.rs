@@ -10,10 +10,11 @@ pub mod translator;
 
 use std::{path::Path, time::Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rtnetlink::Handle;
 use v6node_config::Config;
 
+use crate::main_table;
 use translator::Nat64Stats;
 
 /// The feature as the daemon sees it: sync from the configuration, sweep on
@@ -42,7 +43,8 @@ impl Nat {
         let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
         // The pool in place before the translator's config says its size.
         let stateful = stateful::sync(pin_dir, config.nat64.stateful.as_ref())?;
-        let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), mark)?;
+        let routes = main_table::routes(netlink).await.context("reading the main table's IPv6 routes")?;
+        let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), mark, &routes)?;
         stats.fragment_mtu = fragment_mtu;
         stats.stateful = stateful;
         stats.nat46 = gateway::sync(pin_dir, config.nat46.as_ref())?;
@@ -53,15 +55,36 @@ impl Nat {
             log::info!("NAT64 stateful: pool {}, {} binding(s) kept", pool.layout, pool.bindings);
         }
         log::info!(
-            "NAT64 prefix {}, {} EAM(s) ({} added, {} changed, {} removed in {} µs)",
+            "NAT64 prefix {}, {} EAM(s) ({} routed natively; {} added, {} changed, {} removed in {} µs)",
             stats.prefix,
             stats.eam.entries,
+            stats.eam_routed_natively,
             stats.eam.inserted,
             stats.eam.updated,
             stats.eam.removed,
             stats.eam.write_micros
         );
         Ok(Some(stats))
+    }
+
+    /// The main table changed: the mappings' routed-natively flags follow
+    /// it. Returns the new count when it changed.
+    pub async fn sync_routes(
+        &mut self,
+        pin_dir: &Path,
+        netlink: &Handle,
+        config: &Config,
+        stats: &Nat64Stats,
+    ) -> Result<Option<usize>> {
+        if config.nat64.devices.is_empty() || config.nat64.eam.is_empty() {
+            return Ok(None);
+        }
+        let routes = main_table::routes(netlink).await.context("reading the main table's IPv6 routes")?;
+        let routed_natively = translator::sync_eam_routes(pin_dir, &config.nat64, &routes)?;
+        if routed_natively != stats.eam_routed_natively {
+            log::info!("main table changed: {routed_natively} of {} EAM(s) routed natively", config.nat64.eam.len());
+        }
+        Ok((routed_natively != stats.eam_routed_natively).then_some(routed_natively))
     }
 
     /// The sweeps' timer: stateful NAT64 removes expired bindings (their

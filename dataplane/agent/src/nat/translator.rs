@@ -12,11 +12,14 @@ use aya::maps::{
 };
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
-use v6node_abi::{maps, EamValue, Lpm4Key, Nat64Config, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT};
+use v6node_abi::{
+    maps, EamValue, Lpm4Key, Nat64Config, EAM_ROUTED_NATIVELY, NAT64_FILTER_ADDRESS_DEPENDENT, NAT64_FILTER_ENDPOINT_INDEPENDENT,
+};
 use v6node_config::{Eam, Nat46, Nat64, Nat64Filtering};
 
 use crate::{
     bpf, conntrack,
+    main_table::{self, Route6},
     sync::{remove_stale, sync_trie, Prefix, SyncStats},
 };
 
@@ -30,6 +33,10 @@ pub struct Nat64Stats {
     pub prefix: String,
     /// Explicit address mappings; each is one entry in both EAM tables.
     pub eam: SyncStats,
+    /// Of them, those whose IPv6 side the main table routes (a route other
+    /// than the default covers it): IPv6 traffic to them is not translated.
+    #[serde(default)]
+    pub eam_routed_natively: usize,
     /// nat64.translatable: IPv4 ranges translated into the prefix.
     #[serde(default)]
     pub translatable: SyncStats,
@@ -54,7 +61,9 @@ struct EamEntries {
     by_ipv4: Vec<(Prefix<4>, EamValue)>,
 }
 
-fn eam_entries(eams: &[Eam]) -> EamEntries {
+/// `routes`: the main table's, which say which mappings' IPv6 sides the
+/// IPv6 network routes natively (traffic to them from IPv6 stays IPv6).
+fn eam_entries(eams: &[Eam], routes: &[Route6]) -> EamEntries {
     let values: Vec<EamValue> = eams
         .iter()
         .enumerate()
@@ -63,7 +72,7 @@ fn eam_entries(eams: &[Eam]) -> EamEntries {
             ipv4: e.ipv4.network().octets(),
             ipv6_len: e.ipv6.prefix_len(),
             ipv4_len: e.ipv4.prefix_len(),
-            pad: 0,
+            flags: if main_table::routes_natively(routes, e.ipv6) { EAM_ROUTED_NATIVELY as u16 } else { 0 },
             rule: rule as u32,
         })
         .collect();
@@ -82,10 +91,17 @@ fn translatable_entries(ranges: &[Ipv4Net]) -> Vec<(Prefix<4>, u8)> {
 /// in first, then the prefix (one atomic element swap), then stale mappings
 /// come out: a mapping present before and after never disappears, so a
 /// reload does not interrupt the traffic it translates.
-pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32) -> Result<Nat64Stats> {
+pub fn sync_nat64(
+    pin_dir: &Path,
+    nat64: &Nat64,
+    nat46: Option<&Nat46>,
+    fragment_mark: u32,
+    routes: &[Route6],
+) -> Result<Nat64Stats> {
     let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
     let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
-    let eams = eam_entries(&nat64.eam);
+    let eams = eam_entries(&nat64.eam, routes);
+    let eam_routed_natively = routed_natively(&eams);
     let mut stats = SyncStats { entries: nat64.eam.len(), ..SyncStats::default() };
     let read_and_write = Instant::now();
     let stale6 = sync_trie(&mut eam6, &eams.by_ipv6, &mut stats, "EAM")?;
@@ -102,7 +118,34 @@ pub fn sync_nat64(pin_dir: &Path, nat64: &Nat64, nat46: Option<&Nat46>, fragment
     stats.removed = stale6.len().max(stale4.len());
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
-    Ok(Nat64Stats { prefix: nat64.prefix.to_string(), eam: stats, translatable, stateful: None, nat46: None, fragment_mtu: None })
+    Ok(Nat64Stats {
+        prefix: nat64.prefix.to_string(),
+        eam: stats,
+        eam_routed_natively,
+        translatable,
+        stateful: None,
+        nat46: None,
+        fragment_mtu: None,
+    })
+}
+
+fn routed_natively(eams: &EamEntries) -> usize {
+    eams.by_ipv6.iter().filter(|(_, v)| v.flags & EAM_ROUTED_NATIVELY as u16 != 0).count()
+}
+
+/// After the main table changed (BGP learnt or lost a prefix): the mappings
+/// with their routed-natively flags as `routes` now say, the rest as before.
+/// Returns how many are routed natively.
+pub fn sync_eam_routes(pin_dir: &Path, nat64: &Nat64, routes: &[Route6]) -> Result<usize> {
+    let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
+    let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
+    let eams = eam_entries(&nat64.eam, routes);
+    let (mut stats6, mut stats4) = (SyncStats::default(), SyncStats::default());
+    let stale6 = sync_trie(&mut eam6, &eams.by_ipv6, &mut stats6, "EAM")?;
+    let stale4 = sync_trie(&mut eam4, &eams.by_ipv4, &mut stats4, "EAM")?;
+    remove_stale(&mut eam6, &stale6, "removing a stale EAM entry")?;
+    remove_stale(&mut eam4, &stale4, "removing a stale EAM entry")?;
+    Ok(routed_natively(&eams))
 }
 
 /// The translator's single configuration element. Stateful NAT64's pool
@@ -155,18 +198,39 @@ mod tests {
     }
 
     #[test]
+    fn a_mapping_the_main_table_routes_is_flagged_in_both_tables() {
+        use rtnetlink::packet_route::route::{RouteProtocol, RouteType};
+        let c = config(
+            "prefix = \"2001:db8:64::/96\"\neam = [{ ipv6 = \"fd00:10:244::/120\", ipv4 = \"198.51.100.0/24\" }, \
+             { ipv6 = \"fd00:10:244:1::/120\", ipv4 = \"198.51.101.0/24\" }]\n",
+        );
+        let route = |prefix: &str| Route6 {
+            prefix: prefix.parse().unwrap(),
+            protocol: RouteProtocol::Bird,
+            kind: RouteType::Unicast,
+            gateway: None,
+        };
+        let eams = eam_entries(&c.nat64.eam, &[route("::/0"), route("fd00:10:244:1::/64")]);
+        let by_ipv6: Vec<u16> = eams.by_ipv6.iter().map(|(_, v)| v.flags).collect();
+        let by_ipv4: Vec<u16> = eams.by_ipv4.iter().map(|(_, v)| v.flags).collect();
+        assert_eq!(by_ipv6, [0, EAM_ROUTED_NATIVELY as u16], "the default route routes nothing natively");
+        assert_eq!(by_ipv4, by_ipv6);
+        assert_eq!(routed_natively(&eams), 1);
+    }
+
+    #[test]
     fn each_mapping_is_in_both_tables_with_its_rule() {
         let c = config(
             "prefix = \"2001:db8:64::/96\"\neam = [{ ipv6 = \"2001:db8:6::/120\", ipv4 = \"198.51.100.0/24\" }, \
              { ipv6 = \"2001:db8:80::80/128\", ipv4 = \"203.0.113.80/32\" }]\n",
         );
-        let eams = eam_entries(&c.nat64.eam);
+        let eams = eam_entries(&c.nat64.eam, &[]);
         let second = EamValue {
             ipv6: "2001:db8:80::80".parse::<std::net::Ipv6Addr>().unwrap().octets(),
             ipv4: [203, 0, 113, 80],
             ipv6_len: 128,
             ipv4_len: 32,
-            pad: 0,
+            flags: 0,
             rule: 1,
         };
         assert_eq!(eams.by_ipv6.len(), 2);
@@ -175,7 +239,7 @@ mod tests {
         assert_eq!((eams.by_ipv6[0].1.rule, eams.by_ipv4[0].1.rule), (0, 0));
         assert_eq!(eams.by_ipv4[0].0, (24, [198, 51, 100, 0]));
         assert_eq!(eams.by_ipv6[0].1, eams.by_ipv4[0].1, "one value in both tables");
-        assert_eq!(eam_entries(&[]), EamEntries { by_ipv6: vec![], by_ipv4: vec![] });
+        assert_eq!(eam_entries(&[], &[]), EamEntries { by_ipv6: vec![], by_ipv4: vec![] });
     }
 
     #[test]

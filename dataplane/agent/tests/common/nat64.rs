@@ -100,7 +100,12 @@ impl Xlat {
     }
 
     pub fn add_eam(&mut self, v6: Ipv6Addr, v6_len: u8, v4: Ipv4Addr, v4_len: u8) {
-        let value = EamValue { ipv6: v6.octets(), ipv4: v4.octets(), ipv6_len: v6_len, ipv4_len: v4_len, pad: 0, rule: 0 };
+        self.add_eam_with_flags(v6, v6_len, v4, v4_len, 0);
+    }
+
+    /// `flags`: V6N_EAM_*, as the agent sets them from the main table.
+    pub fn add_eam_with_flags(&mut self, v6: Ipv6Addr, v6_len: u8, v4: Ipv4Addr, v4_len: u8, flags: u16) {
+        let value = EamValue { ipv6: v6.octets(), ipv4: v4.octets(), ipv6_len: v6_len, ipv4_len: v4_len, flags, rule: 0 };
         let mut eam6: LpmTrie<&mut MapData, [u8; 16], EamValue> =
             LpmTrie::try_from(self.ebpf.map_mut(maps::EAM6).unwrap()).unwrap();
         eam6.insert(&Key::new(v6_len.into(), v6.octets()), value, 0).unwrap();

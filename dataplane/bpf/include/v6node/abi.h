@@ -179,9 +179,14 @@ struct v6n_eam_value {
 	__u8 ipv4[4];
 	__u8 ipv6_len;
 	__u8 ipv4_len;
-	__u16 pad;
+	__u16 flags; /* V6N_EAM_* */
 	__u32 rule; /* index in nat64.eam, for status */
 };
+
+/* The node's routing table routes the mapping's IPv6 side (a route other than
+ * the default covers it): those are IPv6 hosts with an IPv4 identity, so IPv6
+ * traffic to them stays IPv6; they are translated as sources and from IPv4. */
+#define V6N_EAM_ROUTED_NATIVELY 1
 
 /*
  * v6n_endpoints: hash of the node's pods by IPv6 address, for BPF host
