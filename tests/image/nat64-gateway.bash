@@ -25,6 +25,9 @@ gateway_pod_prefix=fd00:10:244:7::/64
 # Stateful NAT64's pool, which the pods' prefixes borrow from.
 gateway_pool=203.0.113.1
 gateway_pool_sources='"fd00:10:244::/48"'
+# Explicit address mappings (TOML inline tables, comma-separated) that give
+# pods IPv4 identities of their own; without one a pod borrows from the pool.
+gateway_eams=${gateway_eams:-}
 gateway_ipv4_host=192.0.2.1
 gateway_tap=gwtap0
 gateway_pids=()
@@ -69,6 +72,7 @@ devices = []
 [nat64]
 devices = ["gwbr", "gw4"]
 prefix = "64:ff9b:1::/96"
+eam = [$gateway_eams]
 [nat64.stateful]
 pool = ["$gateway_pool"]
 sources = [$gateway_pool_sources]
