@@ -7,6 +7,7 @@
 
 use std::{
     future::pending,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -39,7 +40,7 @@ use crate::{
     files, filter, logging, metrics,
     nat::Nat,
     paths::Paths,
-    services::{sockets, ServiceProxy},
+    services::{proxy, sockets, ServiceProxy},
     state::{self, Reload, Shared, State},
 };
 
@@ -154,15 +155,19 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         cluster: learnt,
         ..State::default()
     };
+    let shared = Shared::new(paths, state);
     let mut daemon = Daemon {
-        shared: Shared::new(paths, state),
+        shared: shared.clone(),
         loaded: loaded.clone(),
         netlink,
         devices,
         endpoints,
         metrics: metrics::Server::default(),
         cluster: None,
-        services: ServiceProxy::default(),
+        services: ServiceProxy::new(&shared.paths, {
+            let shared = shared.clone();
+            Arc::new(move |outcome| shared.update(|s| s.ended_connections.get_or_insert_default().record(outcome)))
+        }),
         nat: Nat::default(),
     };
     daemon.apply(&loaded).await?;
@@ -376,16 +381,27 @@ impl Daemon {
     /// (a change of Services alone syncs the service proxy alone).
     async fn reconcile_cluster(&mut self) {
         if let Some(cluster) = &self.cluster {
-            cluster.sync(&self.shared, &self.netlink, &self.loaded.config).await;
+            let previous = self.shared.read(|s| s.cluster.clone()).unwrap_or_default();
+            let (next, cni_config) = cluster.sync(&self.shared.paths, &previous, &self.netlink, &self.loaded.config).await;
+            self.shared.update_if_changed(|s| &mut s.cluster, Some(next));
+            if let Some(cni_config) = cni_config {
+                self.shared.update_if_changed(|s| &mut s.cni_config, cni_config);
+            }
             self.sync_services();
         }
         // BGP announces the Node's prefixes, or pods.prefix without a cluster.
-        bgp::sync(&self.shared, &self.loaded.config);
+        let (cluster, previous) = self.shared.read(|s| (s.cluster.clone(), s.bgp.clone()));
+        let next = bgp::sync(&self.shared.paths, cluster.as_ref(), previous.as_ref(), &self.loaded.config);
+        self.shared.update_if_changed(|s| &mut s.bgp, next);
     }
 
     fn sync_services(&mut self) {
-        if let Some(cluster) = &self.cluster {
-            self.services.sync(&self.shared, &self.loaded.config, cluster, &self.endpoints);
+        let Some(cluster) = &self.cluster else { return };
+        let (address, previous) = self.shared.read(|s| (s.cluster.as_ref().and_then(|c| c.address), s.services.clone()));
+        let node = proxy::Node { address, pod_prefix: self.shared.node_pod_prefix() };
+        let next = self.services.sync(&self.shared.paths, &self.loaded.config, cluster, &self.endpoints, node, previous.as_ref());
+        if next.is_some() {
+            self.shared.update_if_changed(|s| &mut s.services, next);
         }
     }
 

@@ -21,15 +21,16 @@ use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
 use v6node_config::{Announce, Bgp, Config};
 
-use crate::{files, state::Shared};
+use super::ClusterState;
+use crate::{files, paths::Paths};
 
 /// bird's configuration from routing.* and the node's prefixes: its
 /// Node's pod CIDRs and address once known, else pods.prefix; recorded for
-/// `status`.
-pub fn sync(shared: &Shared, config: &Config) {
-    let file = shared.paths.bird_config();
-    let (address, mut prefixes) =
-        shared.read(|s| s.cluster.as_ref().map(|c| (c.address, c.pod_prefixes.clone())).unwrap_or_default());
+/// `status`: returned, with an error of writing it in it (logged when it
+/// differs from `previous`).
+pub fn sync(paths: &Paths, cluster: Option<&ClusterState>, previous: Option<&BgpState>, config: &Config) -> Option<BgpState> {
+    let file = paths.bird_config();
+    let (address, mut prefixes) = cluster.map(|c| (c.address, c.pod_prefixes.clone())).unwrap_or_default();
     if prefixes.is_empty() {
         prefixes.extend(config.pods.prefix);
     }
@@ -66,12 +67,10 @@ pub fn sync(shared: &Shared, config: &Config) {
             }
         }
     }
-    if shared.read(|s| s.bgp != next) {
-        if let Some(error) = next.as_ref().and_then(|n| n.error.as_ref()) {
-            log::warn!("BGP: {error}");
-        }
-        shared.update(|s| s.bgp = next);
+    if let Some(error) = next.as_ref().and_then(|n| n.error.as_ref()).filter(|_| next.as_ref() != previous) {
+        log::warn!("BGP: {error}");
     }
+    next
 }
 
 /// What the agent asked bird for, as `status` shows it.

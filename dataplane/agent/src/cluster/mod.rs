@@ -7,7 +7,7 @@
 pub mod bgp;
 pub mod routes;
 
-use std::net::Ipv6Addr;
+use std::{net::Ipv6Addr, path::PathBuf};
 
 use ipnet::Ipv6Net;
 use rtnetlink::Handle;
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use v6node_config::Config;
 use v6node_k8s::{ApiState, ClusterWatch, NodeProblem, ServicesView, Settings};
 
-use crate::{files, state::Shared};
+use crate::{files, paths::Paths};
 use routes::{PeerRoute, RouteState, RouteStats};
 
 /// The cluster as `status` shows it.
@@ -97,24 +97,21 @@ impl Cluster {
     }
 
     /// Routes to the other nodes' pods and this node's pod prefix from the
-    /// cluster view, then the CNI configuration with that prefix; both
-    /// recorded for `status`.
-    pub async fn sync(&self, shared: &Shared, netlink: &Handle, config: &Config) {
-        let previous = shared.read(|s| s.cluster.clone()).unwrap_or_default();
-        let next = self.reconcile(netlink, &previous, config.routing.bgp.is_some()).await;
-        let cni_config = match files::write_cni_conflist(&shared.paths, &effective(config, next.pod_prefixes.first().copied())) {
-            Ok(written) => written,
-            Err(e) => {
-                log::error!("{e:#}");
-                shared.read(|s| s.cni_config.clone())
-            }
-        };
-        if shared.read(|s| s.cluster.as_ref() != Some(&next) || s.cni_config != cni_config) {
-            shared.update(|s| {
-                s.cluster = Some(next);
-                s.cni_config = cni_config;
-            });
-        }
+    /// cluster view, then the CNI configuration with that prefix. Returns
+    /// both for `status`; the configuration None where it could not be
+    /// written (logged), so the one in place stays recorded.
+    pub async fn sync(
+        &self,
+        paths: &Paths,
+        previous: &ClusterState,
+        netlink: &Handle,
+        config: &Config,
+    ) -> (ClusterState, Option<Option<PathBuf>>) {
+        let next = self.reconcile(netlink, previous, config.routing.bgp.is_some()).await;
+        let cni_config = files::write_cni_conflist(paths, &effective(config, next.pod_prefixes.first().copied()))
+            .map_err(|e| log::error!("{e:#}"))
+            .ok();
+        (next, cni_config)
     }
 
     /// Brings v6node's routes in line with the view. Before the first
