@@ -10,7 +10,7 @@
 //! node's endpoints; Services with `service.kubernetes.io/service-proxy-name`
 //! belong to another proxy, and Services labelled
 //! `service.kubernetes.io/headless` (any value) are left alone as kube-proxy
-//! leaves them; headless and ExternalName Services have nothing to translate.
+//! leaves them, and so are EndpointSlices with either label; headless and ExternalName Services have nothing to translate.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -166,6 +166,11 @@ impl ServicesView {
         let mut by_service: BTreeMap<(String, String), Slices> = BTreeMap::new();
         let mut problems = BTreeSet::new();
         for slice in slices {
+            // kube-proxy lists EndpointSlices with the same label selector
+            // as Services: a slice with either label serves nothing.
+            if slice.metadata.labels.as_ref().is_some_and(|l| l.contains_key(SERVICE_PROXY_NAME) || l.contains_key(HEADLESS)) {
+                continue;
+            }
             let Some(namespace) = slice.metadata.namespace.clone() else { continue };
             let Some(service) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).cloned() else {
                 continue;

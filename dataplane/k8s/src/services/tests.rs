@@ -194,6 +194,26 @@ fn services_labelled_headless_are_left_alone_like_kube_proxy_does() {
 }
 
 #[test]
+fn endpoint_slices_labelled_headless_or_for_another_proxy_serve_nothing() {
+    // kube-proxy's label selector drops these slices as it drops Services:
+    // the e2e spec "should implement service.kubernetes.io/headless" labels
+    // the slice of a Service that has no selector.
+    let svc = service("custom", json!({ "clusterIPs": ["fd00:96::24"], "ports": [{ "name": "port80", "port": 80 }] }));
+    let endpoints = [("fd00:1::1", NODE, true, true, false)];
+    let plain = slice("custom", "custom-1", json!([{ "name": "port80", "port": 8090 }]), &endpoints);
+    let backends = |slice: &EndpointSlice| {
+        let view = ServicesView::build(NODE, &[], &[], [&svc], [slice]);
+        view.frontends.iter().map(|f| f.backends.len()).sum::<usize>()
+    };
+    assert!(backends(&plain) > 0, "an unlabelled slice serves");
+    for label in ["service.kubernetes.io/headless", "service.kubernetes.io/service-proxy-name"] {
+        let mut labelled = plain.clone();
+        labelled.metadata.labels.get_or_insert_default().insert(label.to_string(), String::new());
+        assert_eq!(backends(&labelled), 0, "{label}");
+    }
+}
+
+#[test]
 fn ipv4_cluster_ips_endpoints_and_sctp_are_refused_with_the_reason() {
     let v4 = service("v4", json!({ "clusterIPs": ["10.96.0.10"], "ports": [{ "port": 80 }] }));
     let sctp = service("sctp", json!({ "clusterIPs": ["fd00:96::30"], "ports": [{ "port": 9, "protocol": "SCTP" }] }));
