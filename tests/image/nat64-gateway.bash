@@ -62,15 +62,16 @@ nat64_gateway_up() {
     at "$gw_ns" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
 
     mkdir -p "$out/gateway-root/usr/lib/v6node" "$out/www"
+    # gwbr*: a BGP cluster's second link (gwbr2, made later) too.
     cat >"$out/gateway-root/usr/lib/v6node/dataplane.toml" <<TOML
 [services]
 cgroup = ""
 [attach]
-devices = ["gwbr", "gw4"]
+devices = ["gwbr*", "gw4"]
 [bigtcp]
 devices = []
 [nat64]
-devices = ["gwbr", "gw4"]
+devices = ["gwbr*", "gw4"]
 prefix = "64:ff9b:1::/96"
 eam = [$gateway_eams]
 [nat64.stateful]
