@@ -98,30 +98,20 @@ pub fn sync_nat64(
     fragment_mark: u32,
     routes: &[Route6],
 ) -> Result<Nat64Stats> {
-    let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
-    let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
     let eams = eam_entries(&nat64.eam, routes);
-    let eam_routed_natively = routed_natively(&eams);
     let mut stats = SyncStats { entries: nat64.eam.len(), ..SyncStats::default() };
     let read_and_write = Instant::now();
-    let stale6 = sync_trie(&mut eam6, &eams.by_ipv6, &mut stats, "EAM")?;
-    // Each mapping counts once, though it lives in both tables.
-    let mut stats4 = SyncStats::default();
-    let stale4 = sync_trie(&mut eam4, &eams.by_ipv4, &mut stats4, "EAM")?;
-
-    let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-    let value = nat64_config(nat64, nat46, fragment_mark);
-    config.insert(0, value, 0).context("writing the NAT64 prefix")?;
-
-    remove_stale(&mut eam6, &stale6, "removing a stale EAM entry")?;
-    remove_stale(&mut eam4, &stale4, "removing a stale EAM entry")?;
-    stats.removed = stale6.len().max(stale4.len());
+    write_eams(pin_dir, &eams, &mut stats, || {
+        let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
+        let value = nat64_config(nat64, nat46, fragment_mark);
+        config.insert(0, value, 0).context("writing the NAT64 prefix")
+    })?;
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
     let translatable = sync_translatable(pin_dir, &nat64.translatable)?;
     Ok(Nat64Stats {
         prefix: nat64.prefix.to_string(),
         eam: stats,
-        eam_routed_natively,
+        eam_routed_natively: routed_natively(&eams),
         translatable,
         stateful: None,
         nat46: None,
@@ -137,15 +127,25 @@ fn routed_natively(eams: &EamEntries) -> usize {
 /// with their routed-natively flags as `routes` now say, the rest as before.
 /// Returns how many are routed natively.
 pub fn sync_eam_routes(pin_dir: &Path, nat64: &Nat64, routes: &[Route6]) -> Result<usize> {
+    let eams = eam_entries(&nat64.eam, routes);
+    write_eams(pin_dir, &eams, &mut SyncStats::default(), || Ok(()))?;
+    Ok(routed_natively(&eams))
+}
+
+/// Both EAM tables to `eams`: new and changed entries in, then `between`
+/// (the prefix's swap), then stale entries out, so a mapping present before
+/// and after never disappears. Counts each mapping once in `stats`, though
+/// it lives in both tables.
+fn write_eams(pin_dir: &Path, eams: &EamEntries, stats: &mut SyncStats, between: impl FnOnce() -> Result<()>) -> Result<()> {
     let mut eam6: LpmTrie<MapData, [u8; 16], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM6)?;
     let mut eam4: LpmTrie<MapData, [u8; 4], EamValue> = bpf::open_pinned_map(pin_dir, maps::EAM4)?;
-    let eams = eam_entries(&nat64.eam, routes);
-    let (mut stats6, mut stats4) = (SyncStats::default(), SyncStats::default());
-    let stale6 = sync_trie(&mut eam6, &eams.by_ipv6, &mut stats6, "EAM")?;
-    let stale4 = sync_trie(&mut eam4, &eams.by_ipv4, &mut stats4, "EAM")?;
+    let stale6 = sync_trie(&mut eam6, &eams.by_ipv6, stats, "EAM")?;
+    let stale4 = sync_trie(&mut eam4, &eams.by_ipv4, &mut SyncStats::default(), "EAM")?;
+    between()?;
     remove_stale(&mut eam6, &stale6, "removing a stale EAM entry")?;
     remove_stale(&mut eam4, &stale4, "removing a stale EAM entry")?;
-    Ok(routed_natively(&eams))
+    stats.removed = stale6.len().max(stale4.len());
+    Ok(())
 }
 
 /// The translator's single configuration element. Stateful NAT64's pool
