@@ -9,6 +9,9 @@
  *
  * Replies and getpeername() are given the frontend's address back through
  * v6n_sock_revnat, so an application sees the Service it asked for.
+ *
+ * SCTP never comes here: the kernel runs no connect hook for it, and its
+ * Services are translated per packet (v6n_service_sctp_from_pod).
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -67,8 +70,8 @@ static __always_inline int v6n_sock_to_backend(struct bpf_sock_addr *ctx)
 	struct v6n_service_value *svc = v6n_lb_frontend(&key);
 	if (!svc)
 		return V6N_SOCK_ALLOW; /* not a Service: uncounted, the common case */
-	__u32 frontend = svc->id;
-	struct v6n_l4_addr *backend = v6n_lb_select(&key, svc, bpf_get_netns_cookie(ctx));
+	__u32 frontend = svc->id, backend_id;
+	struct v6n_l4_addr *backend = v6n_lb_select(&key, svc, bpf_get_netns_cookie(ctx), &backend_id);
 	v6n_lb_account(frontend, backend != NULL);
 	if (!backend)
 		return v6n_sock_verdict(V6N_REASON_DROP_NO_BACKEND);

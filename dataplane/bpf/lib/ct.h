@@ -14,10 +14,12 @@
 #include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include <v6node/abi.h>
 
 #include "maps.h"
+#include "sctp.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -32,8 +34,8 @@ struct {
  * busy connection would otherwise bounce its cache line between CPUs. */
 #define V6N_CT_TOUCH_NS (1 * V6N_NS_PER_SECOND)
 
-/* A TCP or UDP packet's tuple as connection tracking keys it, and where its
- * transport checksum sits. */
+/* A TCP, UDP or SCTP packet's tuple as connection tracking keys it, and
+ * where its transport checksum sits. */
 struct v6n_flow {
 	struct v6n_ct_key key;
 	__u32 l4_offset;   /* from the start of the frame */
@@ -54,8 +56,8 @@ struct v6n_flow {
 #define V6N_TCP_ACK 0x10
 
 /*
- * Reads the flow of an IPv6 packet whose transport header follows the IPv6
- * header directly, or a BIG TCP packet's jumbo option. Returns 0, or -1 for
+ * Reads the flow of an IPv6 packet whose transport header (TCP, UDP, SCTP)
+ * follows the IPv6 header directly, or a BIG TCP packet's jumbo option. Returns 0, or -1 for
  * anything else (other protocols, other extension headers, a transport
  * header cut short): left untracked.
  */
@@ -100,6 +102,14 @@ static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *f
 		flow->key.dport = udp->dest;
 		flow->tcp_flags = 0;
 		flow->csum_offset = l4 + __builtin_offsetof(struct udphdr, check);
+	} else if (proto == IPPROTO_SCTP && l4 == V6N_L4_OFFSET) {
+		struct v6n_sctphdr *sctp = data + l4;
+		if ((void *)(sctp + 1) > data_end)
+			return -1;
+		flow->key.sport = sctp->source;
+		flow->key.dport = sctp->dest;
+		flow->tcp_flags = 0;
+		flow->csum_offset = l4 + V6N_SCTP_CSUM_AT;
 	} else {
 		return -1;
 	}
@@ -150,6 +160,10 @@ static __always_inline int v6n_ct_service_expired(const struct v6n_ct_value *ent
 {
 	const struct v6n_ct_lifetimes lifetimes = V6N_CT_SERVICE_LIFETIMES;
 
+	/* An SCTP association lives as long as established TCP: its
+	 * heartbeats (every 30 s by default) keep it. */
+	if (proto == IPPROTO_SCTP)
+		return now - entry->last_seen_ns > V6N_CT_TCP_SECONDS * V6N_NS_PER_SECOND;
 	return v6n_ct_expired(&lifetimes, entry, proto, now);
 }
 
@@ -200,11 +214,33 @@ static __always_inline void v6n_ct_forget(const struct v6n_ct_key *key, const st
 	bpf_map_delete_elem(&v6n_ct, key);
 }
 
+/* v6n_ct_rewrite for SCTP: its checksum covers no address. */
+static __always_inline int v6n_ct_rewrite_sctp(struct __sk_buff *skb, const struct v6n_flow *flow,
+					       const struct v6n_ct_value *out)
+{
+	__be16 payload_len;
+
+	if (bpf_skb_store_bytes(skb, V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, saddr), out->saddr, 32,
+				BPF_F_RECOMPUTE_CSUM) < 0 ||
+	    bpf_skb_load_bytes(skb, V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len), &payload_len,
+			       sizeof(payload_len)) < 0)
+		return -1;
+	if (out->sport == flow->key.sport && out->dport == flow->key.dport)
+		return 0;
+	__u32 old_ports = flow->key.sport | (__u32)flow->key.dport << 16;
+	__u32 new_ports = out->sport | (__u32)out->dport << 16;
+	/* The SCTP packet's length as IPv6 gives it: a short frame may be padded. */
+	return v6n_sctp_set_ports(skb, flow->l4_offset, bpf_ntohs(payload_len), old_ports, new_ports);
+}
+
 /*
  * Rewrites the packet of `flow` to leave as `out` (addresses and ports) and
  * mends its transport checksum: the addresses through the pseudo-header,
  * so a checksum the device will complete (CHECKSUM_PARTIAL) stays right.
- * Returns 0, or -1 when the packet cannot be written.
+ * TCP and UDP: SCTP's is v6n_ct_rewrite_sctp, which only the tables that
+ * track SCTP call (its checksum's own frame is one call deeper than the
+ * stateful NAT64's stack allows). Returns 0, or -1 when the packet cannot
+ * be written.
  */
 static __always_inline int v6n_ct_rewrite(struct __sk_buff *skb, const struct v6n_flow *flow, const struct v6n_ct_value *out)
 {

@@ -95,11 +95,13 @@ static __always_inline struct v6n_l4_addr *v6n_lb_slot(struct v6n_service_key *k
 /*
  * Chooses a backend for a new connection of `client` to the frontend `svc`
  * (found under `key`): the one it had, with ClientIP affinity still fresh
- * and that backend still in its slot, else one at random. NULL when the
- * frontend has no backend (the caller refuses the connection).
+ * and that backend still in its slot, else one at random; its id goes in
+ * *chosen_id. NULL when the frontend has no backend (the caller refuses the
+ * connection).
  */
 static __always_inline struct v6n_l4_addr *v6n_lb_select(struct v6n_service_key *key,
-							  const struct v6n_service_value *svc, __u64 client)
+							  const struct v6n_service_value *svc, __u64 client,
+							  __u32 *chosen_id)
 {
 	__u16 count = svc->count;
 	__u32 backend_id = 0;
@@ -117,6 +119,7 @@ static __always_inline struct v6n_l4_addr *v6n_lb_select(struct v6n_service_key 
 			backend = v6n_lb_slot(key, was->slot, &backend_id);
 			if (backend && backend_id == was->backend_id) {
 				was->last_used_ns = now;
+				*chosen_id = backend_id;
 				return backend;
 			}
 		}
@@ -127,6 +130,7 @@ static __always_inline struct v6n_l4_addr *v6n_lb_select(struct v6n_service_key 
 		struct v6n_affinity_value chosen = { .last_used_ns = now, .backend_id = backend_id, .slot = slot };
 		bpf_map_update_elem(&v6n_affinity, &sticky, &chosen, BPF_ANY);
 	}
+	*chosen_id = backend_id;
 	return backend;
 }
 

@@ -19,6 +19,9 @@
  * The backend is chosen by Maglev over a hash of the client's address and
  * port (address alone with ClientIP affinity), the same on every node.
  *
+ * SCTP from this node's pods to any frontend is translated per packet too
+ * (v6n_service_sctp_from_pod in pod.bpf.c): no socket hook sees it.
+ *
  * ICMPv6 errors about such a connection's packets (a Packet Too Big from the
  * client's path, a port unreachable from the backend) are rewritten to quote
  * the packet as the other side knows it and sent there, as a NAT must
@@ -88,6 +91,15 @@ static __always_inline int v6n_masquerade_port(struct v6n_ct_value *out, const s
 	return -1;
 }
 
+/* Rewrites a packet of a Service connection (TCP, UDP, SCTP) to leave as `out`. */
+static __always_inline int v6n_service_rewrite(struct __sk_buff *skb, const struct v6n_flow *flow,
+					       const struct v6n_ct_value *out)
+{
+	if (flow->key.proto == IPPROTO_SCTP)
+		return v6n_ct_rewrite_sctp(skb, flow, out);
+	return v6n_ct_rewrite(skb, flow, out);
+}
+
 /*
  * Hands a rewritten packet on: into the pod it is now for, to the next hop
  * the FIB names, or to this node's stack (a backend in the node's own
@@ -136,6 +148,9 @@ static __always_inline int v6n_own_socket(struct __sk_buff *skb, const struct v6
 	struct bpf_sock *sk;
 
 	if (flow->key.proto == IPPROTO_TCP && (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN)
+		return 0;
+	/* BPF has no lookup of SCTP sockets. */
+	if (flow->key.proto == IPPROTO_SCTP)
 		return 0;
 	__builtin_memcpy(tuple.ipv6.saddr, flow->key.saddr, 16);
 	__builtin_memcpy(tuple.ipv6.daddr, flow->key.daddr, 16);
@@ -199,7 +214,7 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
 	    icmp->icmp6_type > V6N_ICMP6_ERROR_LAST)
 		return 0;
 	__u8 proto = inner->nexthdr;
-	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP)
 		return 0;
 	struct v6n_ct_key key = { .sport = ports[1], .dport = ports[0], .proto = proto };
 	__builtin_memcpy(key.saddr, &inner->daddr, 16);
@@ -213,11 +228,14 @@ static __noinline int v6n_nodeport_icmp_error(struct __sk_buff *skb)
 	diff = v6n_csum_add(diff, v6n_csum_diff(ports, 4, &entry->sport, 4));
 	__u32 new_ports = entry->dport | (__u32)entry->sport << 16;
 	/* The quoted transport checksum, when the quote reaches it, follows
-	 * its addresses and ports; the ICMPv6 checksum covers that change too. */
+	 * its addresses and ports; the ICMPv6 checksum covers that change too.
+	 * SCTP's covers the whole packet, which a quote may cut short: it is
+	 * left as it was (SCTP matches an error by ports and verification tag). */
 	__u32 csum_at = inner_l4 + (proto == IPPROTO_TCP ? V6N_TCP_CSUM_AT : V6N_UDP_CSUM_AT);
 	__u16 *quoted_csum = data + csum_at;
 	__u32 old_csum = 0, new_csum = 0;
-	int quoted_csum_follows = (void *)(quoted_csum + 1) <= data_end && *quoted_csum != 0;
+	int quoted_csum_follows =
+		proto != IPPROTO_SCTP && (void *)(quoted_csum + 1) <= data_end && *quoted_csum != 0;
 	if (quoted_csum_follows) {
 		old_csum = *quoted_csum;
 		new_csum = v6n_csum_update(old_csum, diff);
@@ -335,7 +353,7 @@ static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 	struct v6n_service_key key = { .port = opt->port, .proto = proto };
 	__builtin_memcpy(key.addr, opt->addr, 16);
 	struct v6n_service_value *svc = v6n_lb_frontend(&key);
-	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || !svc ||
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP) || !svc ||
 	    !(v6n_endpoint(&ip6->daddr) || v6n_is_local(skb, (__u8 *)&ip6->daddr)))
 		return V6N_REASON_DROP_DSR_REFUSED;
 
@@ -476,7 +494,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 			return reason;
 		}
 	}
-	if (v6n_ct_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0)) {
+	if (v6n_service_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0)) {
 		*action = TC_ACT_SHOT;
 		return V6N_REASON_DROP_MALFORMED;
 	}
@@ -504,7 +522,7 @@ static __always_inline int v6n_nodeport_reply(struct __sk_buff *skb)
 	v6n_ct_touch(entry, &flow, now);
 	struct v6n_ct_value out;
 	__builtin_memcpy(&out, entry, sizeof(out));
-	return v6n_ct_rewrite(skb, &flow, &out) < 0 ? -1 : 1;
+	return v6n_service_rewrite(skb, &flow, &out) < 0 ? -1 : 1;
 }
 
 #endif /* V6NODE_LIB_NODEPORT_H */
