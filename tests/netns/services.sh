@@ -169,6 +169,8 @@ PY
 for pod in pod-1 pod-2; do
     ip netns exec "$id-$pod" python3 "$work/pod.py" "$pod" "${pod_ip[$pod]}" &
 done
+# SCTP in raw packets (sctp-raw.py): the host's kernel has no SCTP sockets.
+sctp_raw=$here/sctp-raw.py
 
 mkdir -p "$root/usr/lib/v6node" "$work/state"
 cat >"$root/usr/lib/v6node/dataplane.toml" <<EOF
@@ -360,39 +362,46 @@ pass_if "counted as service_without_backend" refused_counted
 
 # --- hostPorts: a pod made by v6node-cni with the runtime's port mappings ----------
 cni_bin=$(dirname "$bin")/v6node-cni
-namespaces --dad "$id-pod-h"
-# cni_pod_h COMMAND MAPPINGS: the runtime's call for pod-h, the conflist's
+namespaces --dad "$id-pod-h" "$id-pod-s"
+# cni_pod POD COMMAND MAPPINGS: the runtime's call for POD, the conflist's
 # plugin with runtimeConfig.portMappings as containerd passes them.
-cni_pod_h() {
+cni_pod() {
+    local pod=$1
+    shift
     jq -c --arg data "$work/ipam" --argjson mappings "$2" \
         '.plugins[0] + {cniVersion: (.cniVersions | max), name, dataDir: $data, runtimeConfig: {portMappings: $mappings}}' \
         "$V6NODE_CNI_CONF_DIR/10-v6node.conflist" |
-        nsenter --net="/run/netns/$node" env -i PATH="$PATH" CNI_COMMAND="$1" CNI_CONTAINERID=ctr-pod-h \
-            CNI_NETNS="/run/netns/$id-pod-h" CNI_IFNAME=eth0 CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod-h" \
+        nsenter --net="/run/netns/$node" env -i PATH="$PATH" CNI_COMMAND="$1" CNI_CONTAINERID="ctr-$pod" \
+            CNI_NETNS="/run/netns/$id-$pod" CNI_IFNAME=eth0 CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=$pod" \
             "$cni_bin"
 }
-sctp_refused() {
+cni_pod_h() { cni_pod pod-h "$@"; }
+unknown_protocol_refused() {
     local answer devices_before
     devices_before=$(ip -n "$node" -o link | wc -l)
-    answer=$(cni_pod_h ADD '[{"hostPort": 54325, "containerPort": 8080, "protocol": "sctp"}]')
+    answer=$(cni_pod_h ADD '[{"hostPort": 54325, "containerPort": 8080, "protocol": "dccp"}]')
     echo "# $answer"
-    jq -e '.code == 7 and (.details | contains("sctp is not served"))' <<<"$answer" >/dev/null &&
+    jq -e '.code == 7 and (.details | contains("dccp is not served"))' <<<"$answer" >/dev/null &&
         [[ "$(ip -n "$node" -o link | wc -l)" == "$devices_before" ]]
 }
-pass_if "an SCTP hostPort: CNI ADD fails with error 7 naming it, and no device is made" sctp_refused
+pass_if "a hostPort of a protocol v6node does not serve: CNI ADD fails with error 7 naming it, and no device is made" \
+    unknown_protocol_refused
 # As containerd 1.7 writes them: Go's field names, an empty HostIP for none.
 cni_pod_h ADD '[{"HostPort": 54323, "ContainerPort": 8080, "Protocol": "tcp", "HostIP": "::1"},
-    {"HostPort": 54324, "ContainerPort": 5353, "Protocol": "udp", "HostIP": ""}]' >"$work/pod-h.json"
+    {"HostPort": 54324, "ContainerPort": 5353, "Protocol": "udp", "HostIP": ""},
+    {"HostPort": 54325, "ContainerPort": 3868, "Protocol": "sctp", "HostIP": ""}]' >"$work/pod-h.json"
 pod_h=$(jq -r '.ips[0].address | sub("/128$"; "")' "$work/pod-h.json")
 ip netns exec "$id-pod-h" python3 "$work/pod.py" pod-h "$pod_h" &
+ip netns exec "$id-pod-h" python3 "$sctp_raw" serve pod-h "$pod_h" 3868 &
 host_ports_listed() {
     [[ "$(frontend_backends "[::1]:54323/tcp")" == "[$pod_h]:8080" &&
         "$(frontend_backends "[fd00:9::a]:54324/udp")" == "[$pod_h]:5353" &&
         "$(frontend_backends "[::1]:54324/udp")" == "[$pod_h]:5353" &&
+        "$(frontend_backends "[fd00:9::a]:54325/sctp")" == "[$pod_h]:3868" &&
         -z "$(frontend_backends "[fd00:9::a]:54323/tcp")" ]] &&
         jq_status '.services.frontends[] | select(.kind == "host-port") | .service' | grep -qx default/pod-h
 }
-pass_if "pod-h ($pod_h) added with 2 port mappings: status has [::1]:54323/tcp, and 54324/udp on the node address and ::1" \
+pass_if "pod-h ($pod_h) added with 3 port mappings: status has [::1]:54323/tcp, and 54324/udp and 54325/sctp on the node address" \
     retry 10 host_ports_listed
 host_port_from_node() { in_cgroup "$node" curl -sS -m 3 "http://[::1]:54323/" | grep -qx pod-h; }
 pass_if "the node's processes reach hostPort [::1]:54323 (hostIP ::1): pod-h answers" retry 5 host_port_from_node
@@ -400,6 +409,51 @@ only_its_host_ip() { in_cgroup "$node" curl -s -m 3 -o /dev/null "http://[fd00:9
 pass_if "54323 is not served on the node's other address (its hostIP is ::1)" only_its_host_ip
 udp_host_port() { from_pod python3 "$work/udp.py" fd00:9::a 54324 | grep -E '^pod-h query from \[fd00:9::a\]:54324$'; }
 pass_if "another pod -> UDP hostPort 54324 on the node's address (no hostIP: every address): pod-h answers from it" udp_host_port
+# SCTP has no socket hook: a pod's device translates it, so its client is
+# pod-s, made by v6node-cni like pod-h (pod-c's veth has no program).
+cni_pod pod-s ADD '[]' >"$work/pod-s.json"
+from_pod_s() { ip netns exec "$id-pod-s" "$@"; }
+sctp_host_port() { from_pod_s python3 "$sctp_raw" ask fd00:9::a 54325 41001 | grep -E '^pod-h from \[fd00:9::a\]:54325$'; }
+pass_if "another pod -> SCTP hostPort 54325 -> 3868: pod-h answers from the node's address, both checksums right" \
+    retry 5 sctp_host_port
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: diameter, namespace: default }
+spec:
+  clusterIP: fd00:10:96::83
+  clusterIPs: ["fd00:10:96::83"]
+  ipFamilies: [IPv6]
+  ports: [{ name: sctp, port: 2905, targetPort: 3868, protocol: SCTP }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: diameter-1
+  namespace: default
+  labels: { kubernetes.io/service-name: diameter, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv6
+ports: [{ name: sctp, port: 3868, protocol: SCTP }]
+endpoints: [{ addresses: ["$pod_h"], nodeName: node-a, conditions: { ready: true } }]
+EOF
+retry 20 eval '[[ "$(frontend_backends "[fd00:10:96::83]:2905/sctp")" == "[$pod_h]:3868" ]]'
+sctp_cluster_ip() {
+    local sport answers
+    answers=$(for sport in 42001 42002 42003 42004 42005; do
+        from_pod_s python3 "$sctp_raw" ask fd00:10:96::83 2905 "$sport" || echo "no answer on $sport"
+    done)
+    echo "$answers" | sort | uniq -c | sed 's/^/# /'
+    [[ "$(echo "$answers" | grep -cxF 'pod-h from [fd00:10:96::83]:2905')" == 5 ]]
+}
+pass_if "SCTP from a pod to a ClusterIP (2905 -> 3868), 5 associations: each answered from the Service's address and port" \
+    sctp_cluster_ip
+sctp_counted() {
+    [[ "$(jq_status '(.services.frontends[] | select(.address.ip == "fd00:10:96::83") | .id) as $id
+        | .services.stats[($id | tostring)][0]')" == 5 ]]
+}
+pass_if "status counts 5 associations translated for it" sctp_counted
+kc delete service diameter >/dev/null
+kc delete endpointslice diameter-1 >/dev/null
 
 # --- from outside the cluster: the uplink translates per packet ----------------
 # The control plane's namespace is outside: no socket hook sees its
@@ -407,6 +461,9 @@ pass_if "another pod -> UDP hostPort 54324 on the node's address (no hostIP: eve
 from_outside() { ip netns exec "$gw_ns" "$@"; }
 udp_host_port_outside() { from_outside python3 "$work/udp.py" fd00:9::a 54324 | grep -E '^pod-h query from \[fd00:9::a\]:54324$'; }
 pass_if "from outside -> UDP hostPort 54324 on the node's address: pod-h answers, from that address" udp_host_port_outside
+sctp_host_port_outside() { from_outside python3 "$sctp_raw" ask fd00:9::a 54325 41002 | grep -E '^pod-h from \[fd00:9::a\]:54325$'; }
+pass_if "from outside -> SCTP hostPort 54325 -> 3868: pod-h answers from the node's address, both checksums right" \
+    sctp_host_port_outside
 kc apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Service
@@ -590,6 +647,7 @@ ended_metric() {
 pass_if "metrics: v6node_service_connections_ended_total says the same, no failures" ended_metric
 
 cni_pod_h DEL '[]' >/dev/null
+cni_pod pod-s DEL '[]' >/dev/null
 host_ports_gone() { ! jq_status '.services.frontends[].kind' | grep -qx host-port; }
 pass_if "CNI DEL: pod-h's hostPorts leave the tables" retry 10 host_ports_gone
 
@@ -641,12 +699,28 @@ spec:
   clusterIPs: ["fd00:10:96::81"]
   ipFamilies: [IPv6]
   ports: [{ name: sctp, port: 2905, protocol: SCTP }, { name: tcp, port: 2905, protocol: TCP }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: signalling-1
+  namespace: default
+  labels: { kubernetes.io/service-name: signalling, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv6
+ports: [{ name: sctp, port: 3868, protocol: SCTP }, { name: tcp, port: 8080, protocol: TCP }]
+endpoints:
+  - { addresses: ["${pod_ip[pod-1]}"], nodeName: node-a, conditions: { ready: true } }
+  - { addresses: ["${pod_ip[pod-2]}"], nodeName: node-a, conditions: { ready: true } }
 EOF
-sctp_event() { not_served_events signalling | grep 'port 2905: protocol SCTP is not supported by v6node'; }
-tcp_served() { [[ -n "$(jq_status '.services.frontends[] | select(.address.ip == "fd00:10:96::81") | .id')" ]]; }
-pass_if "an SCTP port: a Warning Event on its Service names it" retry 20 sctp_event
-pass_if "and the Service's TCP port on the same number is served" tcp_served
+both_served() {
+    [[ "$(frontend_backends "[fd00:10:96::81]:2905/sctp")" == "[${pod_ip[pod-1]}]:3868 [${pod_ip[pod-2]}]:3868" &&
+        "$(frontend_backends "[fd00:10:96::81]:2905/tcp")" == "[${pod_ip[pod-1]}]:8080 [${pod_ip[pod-2]}]:8080" ]]
+}
+pass_if "an SCTP and a TCP port on one number: both served, each with its own backends' port" retry 20 both_served
+no_sctp_problem() { ! not_served_events signalling | grep -q .; }
+pass_if "and no Warning Event names the Service" no_sctp_problem
 kc delete service signalling >/dev/null
+kc delete endpointslice signalling-1 >/dev/null
 
 # One node publishes Events for the cluster: the first Ready Node by name.
 # node-0 (Ready, no agent) sorts before node-a: node-a stays quiet until
@@ -664,18 +738,29 @@ spec:
   clusterIP: fd00:10:96::82
   clusterIPs: ["fd00:10:96::82"]
   ipFamilies: [IPv6]
-  ports: [{ name: sctp, port: 2906, protocol: SCTP }]
+  ports: [{ name: tcp, port: 2906, protocol: TCP }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: signalling-2-v4
+  namespace: default
+  labels: { kubernetes.io/service-name: signalling-2, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv4
+ports: [{ name: tcp, port: 2906, protocol: TCP }]
+endpoints: [{ addresses: ["10.0.0.2"], nodeName: node-a, conditions: { ready: true } }]
 EOF
-sctp_2_named() { jq_status '.services.problems[] | "\(.service): \(.reason)"' | grep -q 'default/signalling-2: port 2906'; }
-retry 20 sctp_2_named
+problem_2_named() { jq_status '.services.problems[] | "\(.service): \(.reason)"' | grep -q 'default/signalling-2: .*signalling-2-v4'; }
+retry 20 problem_2_named
 sleep 3
 quiet_while_another_reports() { [[ -z "$(not_served_events signalling-2)" ]]; }
 pass_if "with node-0 Ready and first by name, node-a publishes no Event for a new problem (status still names it)" \
     quiet_while_another_reports
 kc delete node node-0 >/dev/null
-sctp_2_event() { not_served_events signalling-2 | grep '^v6node-dataplane/node-a: .*port 2906'; }
-pass_if "node-0 deleted: node-a publishes it" retry 20 sctp_2_event
+problem_2_event() { not_served_events signalling-2 | grep '^v6node-dataplane/node-a: .*signalling-2-v4'; }
+pass_if "node-0 deleted: node-a publishes it" retry 20 problem_2_event
 kc delete service signalling-2 >/dev/null
+kc delete endpointslice signalling-2-v4 >/dev/null
 
 # --- the Service goes ---------------------------------------------------------------
 kc delete service web >/dev/null

@@ -49,14 +49,16 @@ impl PodDevice {
 pub enum Protocol {
     Tcp,
     Udp,
+    Sctp,
 }
 
 impl Protocol {
-    /// The IP protocol number the socket hooks compare.
+    /// The IP protocol number the service tables are keyed by.
     pub fn number(self) -> u8 {
         match self {
             Protocol::Tcp => 6,
             Protocol::Udp => 17,
+            Protocol::Sctp => 132,
         }
     }
 
@@ -64,6 +66,7 @@ impl Protocol {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
         }
     }
 }

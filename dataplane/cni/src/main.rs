@@ -114,7 +114,8 @@ impl RawPortMapping {
         let protocol = match self.protocol.to_ascii_lowercase().as_str() {
             "" | "tcp" => Protocol::Tcp,
             "udp" => Protocol::Udp,
-            other => return Err(format!("hostPort {host_port}: protocol {other} is not served (TCP and UDP are)")),
+            "sctp" => Protocol::Sctp,
+            other => return Err(format!("hostPort {host_port}: protocol {other} is not served (TCP, UDP and SCTP are)")),
         };
         let host_ip = match self.host_ip.as_str() {
             "" | "::" | "0.0.0.0" => None,
@@ -564,7 +565,8 @@ mod tests {
             })
         );
         assert_eq!(mapping(r#"{"hostPort":80,"containerPort":80,"hostIP":"::1"}"#).unwrap().host_ip, Some(Ipv6Addr::LOCALHOST));
-        assert!(mapping(r#"{"hostPort":80,"containerPort":80,"protocol":"sctp"}"#).unwrap_err().contains("sctp is not served"));
+        assert_eq!(mapping(r#"{"hostPort":5060,"containerPort":5060,"protocol":"SCTP"}"#).unwrap().protocol, Protocol::Sctp);
+        assert!(mapping(r#"{"hostPort":80,"containerPort":80,"protocol":"dccp"}"#).unwrap_err().contains("dccp is not served"));
         assert!(mapping(r#"{"hostPort":80,"containerPort":80,"hostIP":"127.0.0.1"}"#).unwrap_err().contains("IPv6-only"));
         assert!(mapping(r#"{"hostPort":70000,"containerPort":80}"#).unwrap_err().contains("hostPort 70000 is no port"));
         assert!(mapping(r#"{"hostPort":80,"containerPort":0}"#).unwrap_err().contains("containerPort 0"));
@@ -574,7 +576,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("v6node-cni-hostport-{}", std::process::id()));
         let conf = format!(
             r#"{{"cniVersion":"1.1.0","name":"v6node","podCIDR":"fd00::/64","dataDir":"{}",
-               "runtimeConfig":{{"portMappings":[{{"hostPort":80,"containerPort":80,"protocol":"sctp"}}]}}}}"#,
+               "runtimeConfig":{{"portMappings":[{{"hostPort":80,"containerPort":80,"protocol":"dccp"}}]}}}}"#,
             dir.display()
         );
         let e = run(&env, conf.as_bytes()).unwrap_err();

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Warning Events on the Services this node does not serve as written (an
-//! IPv4 ClusterIP or endpoints, an SCTP port, an address another Service
-//! has, endpoints clamped), so `kubectl describe service` and `kubectl get
-//! events` say what `status` and the journal say. Each problem is published
-//! once while it lasts, by one node's agent for the cluster (the reporting
-//! instance is that node; `ClusterWatch::report` says which); one that goes
-//! and comes back is published again.
+//! IPv4 ClusterIP or endpoints, a protocol it does not know, an address
+//! another Service has, endpoints clamped), so `kubectl describe service`
+//! and `kubectl get events` say what `status` and the journal say. Each
+//! problem is published once while it lasts, by one node's agent for the
+//! cluster (the reporting instance is that node; `ClusterWatch::report` says
+//! which); one that goes and comes back is published again.
 
 use std::{
     collections::BTreeSet,

@@ -141,7 +141,8 @@ fn protocol(name: Option<&str>) -> Result<Protocol, String> {
     match name.unwrap_or("TCP") {
         "TCP" => Ok(Protocol::Tcp),
         "UDP" => Ok(Protocol::Udp),
-        other => Err(format!("protocol {other} is not supported by v6node (TCP and UDP are)")),
+        "SCTP" => Ok(Protocol::Sctp),
+        other => Err(format!("protocol {other} is not supported by v6node (TCP, UDP and SCTP are)")),
     }
 }
 

@@ -133,7 +133,7 @@ fn l4(ip: std::net::Ipv6Addr, port: u16, proto: u8) -> L4Addr {
 }
 
 fn protocol(number: u8) -> Option<Protocol> {
-    [Protocol::Tcp, Protocol::Udp].into_iter().find(|p| p.number() == number)
+    [Protocol::Tcp, Protocol::Udp, Protocol::Sctp].into_iter().find(|p| p.number() == number)
 }
 
 struct Tables {
@@ -554,6 +554,9 @@ fn plan(current: &Current, view: &ServicesView, outside: Option<Outside>) -> Pla
         let id = next.backends.remove(&addr).expect("listed above");
         writes.push(Write::RemoveBackend(id));
     }
+    // An SCTP association has no socket the hooks connected: the datapath
+    // tracks it per packet and starts it over once its backend left.
+    left.retain(|l| l.protocol != Protocol::Sctp);
     Plan { writes, next, states, left, stats }
 }
 

@@ -214,7 +214,7 @@ fn endpoint_slices_labelled_headless_or_for_another_proxy_serve_nothing() {
 }
 
 #[test]
-fn ipv4_cluster_ips_endpoints_and_sctp_are_refused_with_the_reason() {
+fn ipv4_cluster_ips_and_endpoints_are_refused_with_the_reason_and_sctp_is_served() {
     let v4 = service("v4", json!({ "clusterIPs": ["10.96.0.10"], "ports": [{ "port": 80 }] }));
     let sctp = service("sctp", json!({ "clusterIPs": ["fd00:96::30"], "ports": [{ "port": 9, "protocol": "SCTP" }] }));
     let v4_slice: EndpointSlice = serde_json::from_value(json!({
@@ -223,12 +223,22 @@ fn ipv4_cluster_ips_endpoints_and_sctp_are_refused_with_the_reason() {
     }))
     .unwrap();
     let view = ServicesView::build(NODE, &[], &[], [&v4, &sctp], [&v4_slice]);
-    assert!(view.frontends.is_empty(), "{view:#?}");
+    let served: Vec<String> = view.frontends.iter().map(|f| format!("{} {}", f.service, f.address)).collect();
+    assert_eq!(served.len(), 1, "{view:#?}");
+    assert_eq!(view.frontends[0].address.protocol, Protocol::Sctp);
     let reasons: Vec<String> = view.problems.iter().map(|p| format!("{}: {}", p.service, p.reason)).collect();
-    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("default/v4: ClusterIP 10.96.0.10 is not IPv6")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("default/v4: EndpointSlice v4-1: IPv4 endpoints")), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r.starts_with("default/sctp: port 9: protocol SCTP is not supported")), "{reasons:?}");
+}
+
+#[test]
+fn a_protocol_kubernetes_does_not_have_is_refused_with_its_name() {
+    let odd = service("odd", json!({ "clusterIPs": ["fd00:96::31"], "ports": [{ "port": 9, "protocol": "DCCP" }] }));
+    let view = ServicesView::build(NODE, &[], &[], [&odd], []);
+    assert!(view.frontends.is_empty(), "{view:#?}");
+    let reasons: Vec<String> = view.problems.iter().map(|p| format!("{}: {}", p.service, p.reason)).collect();
+    assert!(reasons.iter().any(|r| r.starts_with("default/odd: port 9: protocol DCCP is not supported")), "{reasons:?}");
 }
 
 #[test]
