@@ -6,6 +6,8 @@ host's): what the datapath translates is the packet, so a packet is enough.
                                         whose CRC32c is right with NAME
   sctp-raw.py ask ADDRESS PORT SPORT    sends one, prints the answer:
                                         "NAME from [ADDRESS]:PORT"
+  sctp-raw.py init ADDRESS PORT SPORT   sends an INIT to a real SCTP stack,
+                                        prints "INIT ACK from [ADDRESS]:PORT"
 
 Each packet is an SCTP common header and one DATA chunk (RFC 9260), its
 checksum computed here; a packet whose checksum is wrong is reported on
@@ -76,8 +78,39 @@ def ask(address, port, sport):
         return
 
 
+def init(address, port, sport):
+    """An INIT (RFC 9260 3.3.2): a listening SCTP stack answers INIT ACK,
+    after checking the packet's checksum; tried three times."""
+    tag = 0x76366E64
+    chunk = struct.pack("!BBHIIHHI", 1, 0, 20, tag, 65535, 1, 1, 1)
+    header = struct.pack("!HHI", sport, port, 0) + b"\0" * 4
+    crc = crc32c(header + chunk)
+    s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, SCTP)
+    s.settimeout(2)
+    for _ in range(3):
+        s.sendto(header[:8] + struct.pack("<I", crc) + chunk, (address, 0))
+        try:
+            while True:
+                data, peer = s.recvfrom(65535)
+                rsport, rdport = struct.unpack("!HH", data[:4])
+                (vtag,) = struct.unpack("!I", data[4:8])
+                if rdport != sport or vtag != tag:
+                    continue
+                (stored,) = struct.unpack("<I", data[8:12])
+                if crc32c(data[:8] + b"\0" * 4 + data[12:]) != stored:
+                    sys.exit(f"bad checksum on the answer from [{peer[0]}]:{rsport}")
+                kind = {2: "INIT ACK", 6: "ABORT"}.get(data[12], f"chunk {data[12]}")
+                print(f"{kind} from [{peer[0]}]:{rsport}")
+                return
+        except socket.timeout:
+            continue
+    sys.exit(f"no answer from [{address}]:{port}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "init":
+        init(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         ask(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

@@ -4,10 +4,13 @@
 //
 //	e2e-server serve ADDR   answers every HTTP request with "pod NAME saw ADDRESS",
 //	                        the client's address as the pod sees it, and every
-//	                        UDP datagram to the same address the same way
+//	                        UDP datagram and SCTP association to the same
+//	                        address the same way
 //	e2e-server get URL      prints the body of URL (name lookups through the
 //	                        pod's resolv.conf), for checks run with kubectl exec
 //	e2e-server udp ADDR     sends one datagram to ADDR, prints the answer
+//	e2e-server sctp ADDR    opens an SCTP association to ADDR, sends one message,
+//	                        prints "connected to PEER: ANSWER"
 //	e2e-server dial ADDR    opens a TCP connection to ADDR, prints "connected to
 //	                        PEER" (the peer as getpeername reports it), or why not
 //	e2e-server cat FILE     prints FILE (the node's routes, from a hostNetwork pod)
@@ -49,7 +52,7 @@ import (
 func main() {
 	if len(os.Args) != 3 && !(len(os.Args) >= 4 && len(os.Args) <= 5 && os.Args[1] == "bench") &&
 		!(len(os.Args) == 5 && os.Args[1] == "hold") {
-		fmt.Fprintln(os.Stderr, "usage: e2e-server serve ADDR | get URL | udp ADDR | dial ADDR | cat FILE | bench URL SECONDS | ...")
+		fmt.Fprintln(os.Stderr, "usage: e2e-server serve ADDR | get URL | udp ADDR | sctp ADDR | dial ADDR | cat FILE | bench URL SECONDS | ...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -96,6 +99,10 @@ func main() {
 				udp.WriteTo([]byte(fmt.Sprintf("pod %s saw %s over udp\n", name, from)), from)
 			}
 		}()
+		go func() {
+			// Without SCTP in the kernel the pod still serves HTTP and UDP.
+			fmt.Fprintln(os.Stderr, serveSCTP(os.Args[2], name))
+		}()
 		fmt.Fprintln(os.Stderr, http.ListenAndServe(os.Args[2], nil))
 		os.Exit(1)
 	case "get":
@@ -129,6 +136,13 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "no answer from", os.Args[2])
 		os.Exit(1)
+	case "sctp":
+		answer, err := askSCTP(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Print(answer)
 	case "dial":
 		conn, err := net.DialTimeout("tcp", os.Args[2], 5*time.Second)
 		if err != nil {
