@@ -59,11 +59,20 @@ int v6n_to_dev(struct __sk_buff *skb)
 	struct ipv6hdr *ip6;
 	enum v6n_reason reason = v6n_parse_ipv6(skb, &ip6);
 
+	__u8 nexthdr = reason == V6N_REASON_PASS && ip6 ? ip6->nexthdr : 0;
+
 	/* A reply of the node's own sockets to a connection from outside. */
 	if (reason == V6N_REASON_PASS && ip6) {
 		int rewritten = v6n_nodeport_reply(skb);
 		if (rewritten != 0)
 			reason = rewritten > 0 ? V6N_REASON_LB_TRACKED : V6N_REASON_DROP_MALFORMED;
+	}
+	/* SCTP of the node's own sockets to a Service, routed here by the
+	 * default route: sent on to its backend. */
+	if (reason == V6N_REASON_PASS && nexthdr == IPPROTO_SCTP) {
+		reason = v6n_service_sctp(skb, 0);
+		if (reason == V6N_REASON_LB_TRANSLATED || reason == V6N_REASON_LB_TRACKED)
+			return v6n_exit_routed(skb, V6N_DIRECTION_EGRESS, v6n_nodeport_deliver(skb, 0));
 	}
 	return v6n_exit(skb, V6N_DIRECTION_EGRESS, reason, v6n_uplink_action(reason));
 }

@@ -22,100 +22,6 @@
 #include "lib/parse.h"
 #include "lib/verdict.h"
 
-/*
- * SCTP from a pod to a Service (any frontend: ClusterIP, NodePort, external
- * IP, hostPort). The kernel runs no cgroup connect hook for SCTP sockets
- * (sctp_inet_connect goes straight to the association), so the socket hooks
- * never see it: its packets are translated here, at the pod's device, and
- * tracked like a connection from outside with the pod's own address kept.
- * The reply entry is this node's: the backend's answers come back through
- * its pod device (a backend here) or the uplink (one elsewhere), and both
- * give them the frontend's address back. A pod that reaches itself goes in
- * from the masquerade address (v6n_lb_cfg), as kube-proxy masquerades a
- * hairpin: an answer to its own address would never leave its namespace to
- * be given the frontend's address back. Returns V6N_REASON_PASS for any
- * other packet, untouched; V6N_REASON_LB_TRANSLATED or _TRACKED when
- * rewritten; else the reason to drop it (V6N_REASON_DROP_NO_BACKEND: the
- * association's INIT goes unanswered, as kube-proxy's rules leave it).
- */
-static __noinline enum v6n_reason v6n_service_sctp_from_pod(struct __sk_buff *skb)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
-	struct v6n_flow flow = {};
-	__u64 now = bpf_ktime_get_ns();
-
-	if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_SCTP)
-		return V6N_REASON_PASS;
-	if (v6n_flow_of(skb, &flow) < 0)
-		return V6N_REASON_DROP_MALFORMED;
-	struct v6n_ct_value out;
-	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
-	if (entry && !(entry->flags & V6N_CT_REPLY)) {
-		/* A backend that left ends its associations: they start over. */
-		struct v6n_l4_addr *backend = bpf_map_lookup_elem(&v6n_backends, &entry->backend_id);
-		if (backend && v6n_same_addr(backend->addr, entry->daddr) && backend->port == entry->dport) {
-			v6n_ct_note_time(entry, now);
-			__builtin_memcpy(&out, entry, sizeof(out));
-			return v6n_service_rewrite(skb, &flow, &out) < 0 ? V6N_REASON_DROP_MALFORMED : V6N_REASON_LB_TRACKED;
-		}
-		v6n_ct_forget(&flow.key, entry);
-	}
-
-	struct v6n_service_key key = { .port = flow.key.dport, .proto = IPPROTO_SCTP };
-	__builtin_memcpy(key.addr, flow.key.daddr, 16);
-	struct v6n_service_value *svc = v6n_lb_frontend(&key);
-	if (!svc)
-		return V6N_REASON_PASS;
-	__u32 frontend = svc->id, backend_id = 0;
-	/* ClientIP affinity keys on the pod's address (the socket hooks' on
-	 * its network namespace). */
-	const __u32 *client = (const __u32 *)flow.key.saddr;
-	struct v6n_l4_addr *backend =
-		v6n_lb_select(&key, svc, ((__u64)(client[0] ^ client[1]) << 32) | (client[2] ^ client[3]), &backend_id);
-	v6n_lb_account(frontend, backend != NULL);
-	if (!backend)
-		return V6N_REASON_DROP_NO_BACKEND;
-
-	/* The reply direction first (the frontend's answer to the pod), then
-	 * the forward one that uses it. */
-	struct v6n_ct_value reply = {
-		.sport = flow.key.dport,
-		.dport = flow.key.sport,
-		.frontend_id = frontend,
-		.last_seen_ns = now,
-		.flags = V6N_CT_REPLY,
-	};
-	__builtin_memcpy(reply.saddr, flow.key.daddr, 16);
-	__builtin_memcpy(reply.daddr, flow.key.saddr, 16);
-	__builtin_memset(&out, 0, sizeof(out));
-	__builtin_memcpy(out.saddr, flow.key.saddr, 16);
-	__builtin_memcpy(out.daddr, backend->addr, 16);
-	out.sport = flow.key.sport;
-	out.dport = backend->port;
-	out.backend_id = backend_id;
-	out.frontend_id = frontend;
-	out.last_seen_ns = now;
-	if (v6n_same_addr(backend->addr, flow.key.saddr)) {
-		__u32 zero = 0;
-		struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
-		if (!cfg)
-			return V6N_REASON_DROP_NAT_PORTS;
-		__builtin_memcpy(out.saddr, cfg->masquerade_addr, 16);
-		if (v6n_masquerade_port(&out, &reply, IPPROTO_SCTP) < 0)
-			return V6N_REASON_DROP_NAT_PORTS;
-	} else {
-		struct v6n_ct_key reply_key = {};
-		v6n_ct_reply_key(&reply_key, &out, IPPROTO_SCTP);
-		if (bpf_map_update_elem(&v6n_ct, &reply_key, &reply, BPF_ANY) < 0)
-			return V6N_REASON_DROP_NAT_PORTS;
-	}
-	if (bpf_map_update_elem(&v6n_ct, &flow.key, &out, BPF_ANY) < 0)
-		return V6N_REASON_DROP_NAT_PORTS;
-	return v6n_service_rewrite(skb, &flow, &out) < 0 ? V6N_REASON_DROP_MALFORMED : V6N_REASON_LB_TRANSLATED;
-}
-
 SEC("classifier")
 int v6n_from_pod(struct __sk_buff *skb)
 {
@@ -139,11 +45,12 @@ int v6n_from_pod(struct __sk_buff *skb)
 	/* A reply to a connection from outside leaves as the frontend's; SCTP
 	 * to a Service goes to a backend. Packet pointers are stale after
 	 * either (they may pull data). */
+	__u8 nexthdr = ip6->nexthdr;
 	int replied = v6n_nodeport_reply(skb);
 	if (replied < 0)
 		return v6n_exit(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
-	if (replied == 0) {
-		reason = v6n_service_sctp_from_pod(skb);
+	if (replied == 0 && nexthdr == IPPROTO_SCTP) {
+		reason = v6n_service_sctp(skb, 1);
 		if (reason != V6N_REASON_PASS && reason != V6N_REASON_LB_TRANSLATED && reason != V6N_REASON_LB_TRACKED)
 			return v6n_exit(skb, dir, reason, TC_ACT_SHOT);
 	}

@@ -11,7 +11,7 @@
  * v6n_sock_revnat, so an application sees the Service it asked for.
  *
  * SCTP never comes here: the kernel runs no connect hook for it, and its
- * Services are translated per packet (v6n_service_sctp_from_pod).
+ * Services are translated per packet (v6n_service_sctp in lib/nodeport.h).
  */
 #include <linux/bpf.h>
 #include <linux/in.h>

@@ -447,11 +447,17 @@ sctp_cluster_ip() {
 }
 pass_if "SCTP from a pod to a ClusterIP (2905 -> 3868), 5 associations: each answered from the Service's address and port" \
     sctp_cluster_ip
+# The node's own SCTP, routed to the wire for the Services' range, is sent
+# on at the uplink's egress.
+ip -n "$node" route add fd00:10:96::/112 via fd00:9::1
+sctp_from_node() { in_node python3 "$sctp_raw" ask fd00:10:96::83 2905 42101 | grep -E '^pod-h from \[fd00:10:96::83\]:2905$'; }
+pass_if "the node's own SCTP to the ClusterIP: pod-h answers from the Service's address and port" sctp_from_node
+ip -n "$node" route del fd00:10:96::/112 via fd00:9::1
 sctp_counted() {
     [[ "$(jq_status '(.services.frontends[] | select(.address.ip == "fd00:10:96::83") | .id) as $id
-        | .services.stats[($id | tostring)][0]')" == 5 ]]
+        | .services.stats[($id | tostring)][0]')" == 6 ]]
 }
-pass_if "status counts 5 associations translated for it" sctp_counted
+pass_if "status counts the 6 associations translated for it" sctp_counted
 kc delete service diameter >/dev/null
 kc delete endpointslice diameter-1 >/dev/null
 

@@ -13,7 +13,7 @@ use common::{
     lb::{add_service, addr, service_stats, set_external, set_masquerade},
     node::{Node, NODE, POD_A, POD_B, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{ethernet, ipv6},
-    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT,
+    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
 };
 use v6node_abi::{Direction, Reason};
 
@@ -90,6 +90,10 @@ fn sa(ip: Ipv6Addr, port: u16) -> SocketAddrV6 {
 impl Node {
     fn arrived_on_uplink(&self, packet: &[u8]) -> Run {
         try_run_program(&self.host, "v6n_from_dev", packet, self.uplink).expect("BPF_PROG_TEST_RUN")
+    }
+
+    fn sent_to_uplink(&self, packet: &[u8]) -> Run {
+        try_run_program(&self.host, "v6n_to_dev", packet, self.uplink).expect("BPF_PROG_TEST_RUN")
     }
 }
 
@@ -172,6 +176,45 @@ fn a_pod_that_reaches_itself_through_the_service_comes_in_from_the_masquerade_ad
     let reply = node.sent_by_pod(&sctp_frame(POD_A, TARGET_PORT, MASQUERADE, masq_port, 64, true), node.host_a);
     assert_eq!(reply.verdict, TC_ACT_REDIRECT, "into pod A");
     assert_eq!(sctp_of(&reply.packet), ((CLUSTER_IP, SERVICE_PORT, POD_A, CLIENT_PORT), Some(true)));
+}
+
+#[test]
+fn the_nodes_own_sctp_to_a_cluster_ip_is_sent_on_at_the_uplink_and_the_replies_reach_it_as_the_services() {
+    let mut node = Node::new("sctp-from-node", 0);
+    add_service(&mut node.host, 6, sa(CLUSTER_IP, SERVICE_PORT), SCTP, &[sa(POD_B, TARGET_PORT)], None);
+    add_service(&mut node.host, 7, sa(CLUSTER_IP, SERVICE_PORT + 1), SCTP, &[sa(OTHER_POD, SERVICE_PORT)], None);
+
+    // Routed to the uplink by the default route, it goes into pod B instead.
+    let run = node.sent_to_uplink(&sctp_frame(NODE, CLIENT_PORT, CLUSTER_IP, SERVICE_PORT, 64, true));
+    assert_eq!(run.verdict, TC_ACT_REDIRECT, "into pod B");
+    assert_eq!(sctp_of(&run.packet), ((NODE, CLIENT_PORT, POD_B, TARGET_PORT), Some(true)));
+    let reply = node.sent_by_pod(&sctp_frame(POD_B, TARGET_PORT, NODE, CLIENT_PORT, 64, true), node.host_b);
+    assert_eq!(reply.verdict, TC_ACT_UNSPEC, "to the node's own stack");
+    assert_eq!(sctp_of(&reply.packet), ((CLUSTER_IP, SERVICE_PORT, NODE, CLIENT_PORT), Some(true)));
+
+    // A backend on another node: out of the uplink to the router, and the
+    // answer coming in is the Service's.
+    let run = node.sent_to_uplink(&sctp_frame(NODE, CLIENT_PORT, CLUSTER_IP, SERVICE_PORT + 1, 64, true));
+    assert_eq!(run.verdict, TC_ACT_REDIRECT);
+    assert_eq!(&run.packet[..6], &ROUTER_MAC, "to the router");
+    assert_eq!(sctp_of(&run.packet), ((NODE, CLIENT_PORT, OTHER_POD, SERVICE_PORT), Some(true)));
+    let reply = node.arrived_on_uplink(&sctp_frame(OTHER_POD, SERVICE_PORT, NODE, CLIENT_PORT, 64, true));
+    assert_eq!(reply.verdict, TC_ACT_UNSPEC, "to the node's own stack");
+    assert_eq!(sctp_of(&reply.packet), ((CLUSTER_IP, SERVICE_PORT + 1, NODE, CLIENT_PORT), Some(true)));
+
+    // The node's own SCTP to what is no Service leaves as it is.
+    let run = node.sent_to_uplink(&sctp_frame(NODE, CLIENT_PORT, REMOTE, SERVICE_PORT, 64, true));
+    assert_eq!(run.verdict, TC_ACT_UNSPEC);
+    assert_eq!(sctp_of(&run.packet), ((NODE, CLIENT_PORT, REMOTE, SERVICE_PORT), Some(true)));
+}
+
+#[test]
+fn the_node_reaching_a_host_network_backend_of_its_own_over_sctp_is_refused_and_counted() {
+    let mut node = Node::new("sctp-node-self", 0);
+    add_service(&mut node.host, 8, sa(CLUSTER_IP, SERVICE_PORT), SCTP, &[sa(NODE, TARGET_PORT)], None);
+    let run = node.sent_to_uplink(&sctp_frame(NODE, CLIENT_PORT, CLUSTER_IP, SERVICE_PORT, 64, true));
+    assert_eq!(run.verdict, TC_ACT_SHOT);
+    assert_eq!(common::counted(&node.host, Direction::V6N_DIRECTION_EGRESS, Reason::V6N_REASON_DROP_NO_BACKEND), 1);
 }
 
 #[test]

@@ -19,8 +19,8 @@
  * The backend is chosen by Maglev over a hash of the client's address and
  * port (address alone with ClientIP affinity), the same on every node.
  *
- * SCTP from this node's pods to any frontend is translated per packet too
- * (v6n_service_sctp_from_pod in pod.bpf.c): no socket hook sees it.
+ * SCTP from this node's pods and its own processes to any frontend is
+ * translated per packet too (v6n_service_sctp): no socket hook sees it.
  *
  * ICMPv6 errors about such a connection's packets (a Packet Too Big from the
  * client's path, a port unreachable from the backend) are rewritten to quote
@@ -523,6 +523,108 @@ static __always_inline int v6n_nodeport_reply(struct __sk_buff *skb)
 	struct v6n_ct_value out;
 	__builtin_memcpy(&out, entry, sizeof(out));
 	return v6n_service_rewrite(skb, &flow, &out) < 0 ? -1 : 1;
+}
+
+/*
+ * SCTP from a pod (at its device, `from_pod`) or from the node's own
+ * processes (at the uplink's egress) to a Service: any frontend, ClusterIP,
+ * NodePort, external IP, hostPort. The kernel runs no cgroup connect hook
+ * for SCTP sockets (sctp_inet_connect goes straight to the association),
+ * so the socket hooks never see it: its packets are translated here and
+ * tracked like a connection from outside, with the client's own address
+ * kept. The reply entry is this node's: the backend's answers come back
+ * through its pod device (a backend here) or the uplink (one elsewhere),
+ * and both give them the frontend's address back.
+ *
+ * A pod that reaches itself goes in from the masquerade address
+ * (v6n_lb_cfg), as kube-proxy masquerades a hairpin: an answer to its own
+ * address would never leave its namespace to be given the frontend's
+ * address back. The node reaching a host-network backend of its own is
+ * refused for the same reason (V6N_REASON_DROP_NO_BACKEND, counted).
+ *
+ * Returns V6N_REASON_PASS for any other packet, untouched;
+ * V6N_REASON_LB_TRANSLATED or _TRACKED when rewritten; else the reason to
+ * drop it (V6N_REASON_DROP_NO_BACKEND: the association's INIT goes
+ * unanswered, as kube-proxy's rules leave it).
+ */
+static __noinline enum v6n_reason v6n_service_sctp(struct __sk_buff *skb, int from_pod)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
+	struct v6n_flow flow = {};
+	__u64 now = bpf_ktime_get_ns();
+
+	if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_SCTP)
+		return V6N_REASON_PASS;
+	if (v6n_flow_of(skb, &flow) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	struct v6n_ct_value out;
+	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
+	if (entry && !(entry->flags & V6N_CT_REPLY)) {
+		/* A backend that left ends its associations: they start over. */
+		struct v6n_l4_addr *backend = bpf_map_lookup_elem(&v6n_backends, &entry->backend_id);
+		if (backend && v6n_same_addr(backend->addr, entry->daddr) && backend->port == entry->dport) {
+			v6n_ct_note_time(entry, now);
+			__builtin_memcpy(&out, entry, sizeof(out));
+			return v6n_service_rewrite(skb, &flow, &out) < 0 ? V6N_REASON_DROP_MALFORMED : V6N_REASON_LB_TRACKED;
+		}
+		v6n_ct_forget(&flow.key, entry);
+	}
+
+	struct v6n_service_key key = { .port = flow.key.dport, .proto = IPPROTO_SCTP };
+	__builtin_memcpy(key.addr, flow.key.daddr, 16);
+	struct v6n_service_value *svc = v6n_lb_frontend(&key);
+	if (!svc)
+		return V6N_REASON_PASS;
+	__u32 frontend = svc->id, backend_id = 0;
+	/* ClientIP affinity keys on the pod's address (the socket hooks' on
+	 * its network namespace). */
+	const __u32 *client = (const __u32 *)flow.key.saddr;
+	struct v6n_l4_addr *backend =
+		v6n_lb_select(&key, svc, ((__u64)(client[0] ^ client[1]) << 32) | (client[2] ^ client[3]), &backend_id);
+	v6n_lb_account(frontend, backend != NULL);
+	if (!backend)
+		return V6N_REASON_DROP_NO_BACKEND;
+
+	/* The reply direction first (the frontend's answer to the pod), then
+	 * the forward one that uses it. */
+	struct v6n_ct_value reply = {
+		.sport = flow.key.dport,
+		.dport = flow.key.sport,
+		.frontend_id = frontend,
+		.last_seen_ns = now,
+		.flags = V6N_CT_REPLY,
+	};
+	__builtin_memcpy(reply.saddr, flow.key.daddr, 16);
+	__builtin_memcpy(reply.daddr, flow.key.saddr, 16);
+	__builtin_memset(&out, 0, sizeof(out));
+	__builtin_memcpy(out.saddr, flow.key.saddr, 16);
+	__builtin_memcpy(out.daddr, backend->addr, 16);
+	out.sport = flow.key.sport;
+	out.dport = backend->port;
+	out.backend_id = backend_id;
+	out.frontend_id = frontend;
+	out.last_seen_ns = now;
+	if (v6n_same_addr(backend->addr, flow.key.saddr)) {
+		__u32 zero = 0;
+		if (!from_pod)
+			return V6N_REASON_DROP_NO_BACKEND;
+		struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
+		if (!cfg)
+			return V6N_REASON_DROP_NAT_PORTS;
+		__builtin_memcpy(out.saddr, cfg->masquerade_addr, 16);
+		if (v6n_masquerade_port(&out, &reply, IPPROTO_SCTP) < 0)
+			return V6N_REASON_DROP_NAT_PORTS;
+	} else {
+		struct v6n_ct_key reply_key = {};
+		v6n_ct_reply_key(&reply_key, &out, IPPROTO_SCTP);
+		if (bpf_map_update_elem(&v6n_ct, &reply_key, &reply, BPF_ANY) < 0)
+			return V6N_REASON_DROP_NAT_PORTS;
+	}
+	if (bpf_map_update_elem(&v6n_ct, &flow.key, &out, BPF_ANY) < 0)
+		return V6N_REASON_DROP_NAT_PORTS;
+	return v6n_service_rewrite(skb, &flow, &out) < 0 ? V6N_REASON_DROP_MALFORMED : V6N_REASON_LB_TRANSLATED;
 }
 
 #endif /* V6NODE_LIB_NODEPORT_H */
