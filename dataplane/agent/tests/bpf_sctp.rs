@@ -215,6 +215,7 @@ fn the_node_reaching_a_host_network_backend_of_its_own_over_sctp_is_refused_and_
     let run = node.sent_to_uplink(&sctp_frame(NODE, CLIENT_PORT, CLUSTER_IP, SERVICE_PORT, 64, true));
     assert_eq!(run.verdict, TC_ACT_SHOT);
     assert_eq!(common::counted(&node.host, Direction::V6N_DIRECTION_EGRESS, Reason::V6N_REASON_DROP_NO_BACKEND), 1);
+    assert_eq!(service_stats(&node.host, 8), (0, 1), "refused");
 }
 
 #[test]

@@ -578,11 +578,14 @@ static __noinline enum v6n_reason v6n_service_sctp(struct __sk_buff *skb, int fr
 	if (!svc)
 		return V6N_REASON_PASS;
 	__u32 frontend = svc->id, backend_id = 0;
-	/* ClientIP affinity keys on the pod's address (the socket hooks' on
-	 * its network namespace). */
+	/* ClientIP affinity keys on the client's address (the socket hooks'
+	 * on its network namespace). */
 	const __u32 *client = (const __u32 *)flow.key.saddr;
 	struct v6n_l4_addr *backend =
 		v6n_lb_select(&key, svc, ((__u64)(client[0] ^ client[1]) << 32) | (client[2] ^ client[3]), &backend_id);
+	int hairpin = backend && v6n_same_addr(backend->addr, flow.key.saddr);
+	if (hairpin && !from_pod)
+		backend = NULL;
 	v6n_lb_account(frontend, backend != NULL);
 	if (!backend)
 		return V6N_REASON_DROP_NO_BACKEND;
@@ -606,10 +609,8 @@ static __noinline enum v6n_reason v6n_service_sctp(struct __sk_buff *skb, int fr
 	out.backend_id = backend_id;
 	out.frontend_id = frontend;
 	out.last_seen_ns = now;
-	if (v6n_same_addr(backend->addr, flow.key.saddr)) {
+	if (hairpin) {
 		__u32 zero = 0;
-		if (!from_pod)
-			return V6N_REASON_DROP_NO_BACKEND;
 		struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
 		if (!cfg)
 			return V6N_REASON_DROP_NAT_PORTS;
