@@ -68,6 +68,10 @@ struct {
  * refuses a new flow at a bounded cost. */
 #define V6N_NAT64_BIND_TRIES 8
 #define V6N_NAT64_SCAN_PORTS 256
+/* Addresses other than the paired one a new flow may borrow from, each
+ * chosen at random, when the paired address has no port left: with k of
+ * n addresses full, all miss with probability about ((k - 1) / (n - 1))^3. */
+#define V6N_NAT64_OVERFLOW_ADDRESSES 3
 
 /* The transport fields of a packet the stateful path rewrites. */
 struct v6n_nat64_l4 {
@@ -372,12 +376,12 @@ static __always_inline int v6n_nat64_bind(const struct v6n_nat64_config *cfg, st
 	value->backend_id = bpf_get_prandom_u32() | 1; /* the generation its permits carry */
 	v6n_nat64_range(cfg, client_key->proto, &scan.first, &scan.span);
 	__u32 paired = v6n_nat64_paired_place(cfg, client_key->saddr);
-	/* The paired address first; when it has no port left, one other
-	 * address chosen at random rather than a refusal: pairing yields to a
-	 * pool that is full only where many clients hashed alike. */
-	for (round = 0; round < 2 && result == -1; round++) {
+	/* The paired address first; when it has no port left, other addresses
+	 * chosen at random rather than a refusal: pairing yields to a pool
+	 * that is full only where many clients hashed alike. */
+	for (round = 0; round <= V6N_NAT64_OVERFLOW_ADDRESSES && result == -1; round++) {
 		__u32 place = paired;
-		if (round == 1) {
+		if (round > 0) {
 			if (cfg->pool_size < 2)
 				break;
 			place = (paired + 1 + bpf_get_prandom_u32() % (cfg->pool_size - 1)) % cfg->pool_size;
