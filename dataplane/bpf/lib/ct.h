@@ -57,9 +57,9 @@ struct v6n_flow {
 
 /*
  * Reads the flow of an IPv6 packet whose transport header (TCP, UDP, SCTP)
- * follows the IPv6 header directly, or a BIG TCP packet's jumbo option. Returns 0, or -1 for
- * anything else (other protocols, other extension headers, a transport
- * header cut short): left untracked.
+ * follows the IPv6 header directly, or a BIG TCP packet's jumbo option.
+ * Returns 0, or -1 for anything else (other protocols, other extension
+ * headers, a transport header cut short): left untracked.
  */
 static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *flow)
 {
