@@ -24,6 +24,43 @@ func sctpSockaddr(addr string) (*syscall.SockaddrInet6, error) {
 	return sa, nil
 }
 
+// The syscall package, unlike net and os, does not retry a call that a
+// signal interrupted, and Go's runtime signals its own threads (SIGURG
+// preempts goroutines): a blocking read or write may return EINTR at any
+// time.
+func retryingEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
+}
+
+func readSCTP(fd int, buf []byte) (int, error) {
+	return retryingEINTR(func() (int, error) { return syscall.Read(fd, buf) })
+}
+
+func writeSCTP(fd int, msg []byte) (int, error) {
+	return retryingEINTR(func() (int, error) { return syscall.Write(fd, msg) })
+}
+
+// connectSCTP is a blocking connect that survives EINTR: the association
+// goes on being set up after the interruption, and connect() again answers
+// EALREADY until it is up (EISCONN) or failed.
+func connectSCTP(fd int, sa syscall.Sockaddr, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	err := syscall.Connect(fd, sa)
+	for (err == syscall.EINTR || err == syscall.EALREADY) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		err = syscall.Connect(fd, sa)
+	}
+	if err == syscall.EISCONN {
+		return nil
+	}
+	return err
+}
+
 func sctpPeer(sa syscall.Sockaddr) string {
 	if in6, ok := sa.(*syscall.SockaddrInet6); ok {
 		return net.JoinHostPort(net.IP(in6.Addr[:]).String(), strconv.Itoa(in6.Port))
@@ -57,12 +94,12 @@ func serveSCTP(addr, name string) error {
 		go func() {
 			defer syscall.Close(conn)
 			buf := make([]byte, 2048)
-			if _, err := syscall.Read(conn, buf); err != nil {
+			if _, err := readSCTP(conn, buf); err != nil {
 				return
 			}
-			syscall.Write(conn, []byte(fmt.Sprintf("pod %s saw %s over sctp\n", name, sctpPeer(from))))
+			writeSCTP(conn, []byte(fmt.Sprintf("pod %s saw %s over sctp\n", name, sctpPeer(from))))
 			// Until the client ends the association.
-			syscall.Read(conn, buf)
+			readSCTP(conn, buf)
 		}()
 	}
 }
@@ -81,21 +118,22 @@ func askSCTP(addr string) (string, error) {
 	defer syscall.Close(fd)
 	// connect() waits as long as a send may (sock_sndtimeo): INIT is
 	// retransmitted after 3 s, so allow a few.
-	timeout := syscall.NsecToTimeval((10 * time.Second).Nanoseconds())
+	const patience = 10 * time.Second
+	timeout := syscall.NsecToTimeval(patience.Nanoseconds())
 	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &timeout)
 	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &timeout)
-	if err := syscall.Connect(fd, sa); err != nil {
+	if err := connectSCTP(fd, sa, patience); err != nil {
 		return "", fmt.Errorf("SCTP connect %s: %w", addr, err)
 	}
 	peer, err := syscall.Getpeername(fd)
 	if err != nil {
 		return "", err
 	}
-	if _, err := syscall.Write(fd, []byte("hello")); err != nil {
+	if _, err := writeSCTP(fd, []byte("hello")); err != nil {
 		return "", fmt.Errorf("SCTP send: %w", err)
 	}
 	buf := make([]byte, 2048)
-	n, err := syscall.Read(fd, buf)
+	n, err := readSCTP(fd, buf)
 	if err != nil {
 		return "", fmt.Errorf("SCTP receive from %s: %w", addr, err)
 	}
