@@ -18,6 +18,7 @@ use crate::sections::metrics::{self, Metrics};
 use crate::sections::nat46::{self, Nat46};
 use crate::sections::nat64::{self, Nat64};
 use crate::sections::pods::{self, Pods};
+use crate::sections::policy::{self, Policy};
 use crate::sections::routing::{self, Routing};
 use crate::sections::services::{self, Services};
 use crate::validator::{Result, Validator};
@@ -34,6 +35,7 @@ pub struct Config {
     pub kubernetes: Kubernetes,
     pub routing: Routing,
     pub services: Services,
+    pub policy: Policy,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -46,7 +48,20 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
     v.known_keys(
         root,
         "",
-        &["attach", "bigtcp", "filter", "nat64", "nat46", "pods", "kubernetes", "routing", "services", "metrics", "log"],
+        &[
+            "attach",
+            "bigtcp",
+            "filter",
+            "nat64",
+            "nat46",
+            "pods",
+            "kubernetes",
+            "routing",
+            "services",
+            "policy",
+            "metrics",
+            "log",
+        ],
     )?;
     let mut cfg = Config::default();
     attach::read(&v, root, &mut cfg.attach)?;
@@ -58,6 +73,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
     kubernetes::read(&v, root, &mut cfg.kubernetes)?;
     services::read(&v, root, &mut cfg.services)?;
     routing::read(&v, root, &mut cfg.routing)?;
+    policy::read(&v, root, &mut cfg.policy)?;
     metrics::read(&v, root, &mut cfg.metrics)?;
     log::read(&v, root, &mut cfg.log)?;
     Ok(cfg)
@@ -142,7 +158,7 @@ mod tests {
         bad(
             "foo = 1",
             "foo",
-            "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, metrics, log",
+            "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, policy, metrics, log",
         );
         bad("[foo]", "foo", "unknown key `foo`");
         bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");

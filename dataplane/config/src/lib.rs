@@ -58,6 +58,7 @@ pub use sections::nat64::stateful::{
 };
 pub use sections::nat64::{well_known_prefix, Eam, Nat64, NAT64_PREFIX_LENGTHS};
 pub use sections::pods::{PodDeviceChoice, Pods, POD_PREFIX_MAX_LEN};
+pub use sections::policy::{Policy, PolicyMode};
 pub use sections::routing::{Announce, Bgp, BgpPeer, Routing, ANNOUNCE_POD_PREFIXES};
 pub use sections::services::{RemoteBackends, Services};
 

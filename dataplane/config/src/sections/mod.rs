@@ -16,5 +16,6 @@ pub(crate) mod metrics;
 pub(crate) mod nat46;
 pub(crate) mod nat64;
 pub(crate) mod pods;
+pub(crate) mod policy;
 pub(crate) mod routing;
 pub(crate) mod services;
