@@ -6,10 +6,12 @@
 
 pub mod cluster;
 pub mod events;
+pub mod policy;
 pub mod services;
 pub mod watch;
 
 pub use cluster::{ClusterView, NodeProblem, Peer};
+pub use policy::{PolicyProblem, PolicyView};
 pub use services::{ServiceProblem, ServicesView};
 pub use watch::{ApiState, Changes, ClusterWatch};
 
