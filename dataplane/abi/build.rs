@@ -14,6 +14,7 @@ fn main() {
         .allowlist_var("V6N_.*")
         .rustified_enum("v6n_reason")
         .rustified_enum("v6n_direction")
+        .rustified_enum("v6n_policy_direction")
         .derive_default(true)
         .derive_eq(true)
         .derive_hash(true)

@@ -20,6 +20,7 @@
 #include "lib/fib.h"
 #include "lib/nodeport.h"
 #include "lib/parse.h"
+#include "lib/policy.h"
 #include "lib/verdict.h"
 
 SEC("classifier")
@@ -42,16 +43,42 @@ int v6n_from_pod(struct __sk_buff *skb)
 		return v6n_exit(skb, dir, V6N_REASON_DROP_SPOOFED, TC_ACT_SHOT);
 	int at_ingress = !(self->flags & V6N_ENDPOINT_NETKIT);
 
+	/* Egress policy judges the packet as the pod sent it, before a reply
+	 * to a connection from outside is given the frontend's address. */
+	__u8 nexthdr = ip6->nexthdr;
+	struct v6n_policy_flow *sent = v6n_policy_scratch_flow(V6N_POLICY_FLOW_SENT);
+	if (!sent)
+		return v6n_exit(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
+	int policy_parsed = v6n_policy_flow_of(skb, V6N_POLICY_EGRESS, sent);
+	if (policy_parsed < 0)
+		return v6n_exit(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
+
 	/* A reply to a connection from outside leaves as the frontend's; SCTP
 	 * to a Service goes to a backend. Packet pointers are stale after
 	 * either (they may pull data). */
-	__u8 nexthdr = ip6->nexthdr;
 	int replied = v6n_nodeport_reply(skb);
 	if (replied < 0)
 		return v6n_exit(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
+	int translated = 0;
 	if (replied == 0 && nexthdr == IPPROTO_SCTP) {
 		reason = v6n_service_sctp(skb, 1);
 		if (reason != V6N_REASON_PASS && reason != V6N_REASON_LB_TRANSLATED && reason != V6N_REASON_LB_TRACKED)
+			return v6n_exit(skb, dir, reason, TC_ACT_SHOT);
+		translated = reason != V6N_REASON_PASS;
+	}
+	if (policy_parsed == 0) {
+		/* SCTP to a Service is judged against the backend it was given,
+		 * as the socket hooks have TCP and UDP judged. */
+		if (translated) {
+			struct v6n_policy_flow *chosen = v6n_policy_scratch_flow(V6N_POLICY_FLOW_CHOSEN);
+
+			if (!chosen || v6n_policy_flow_of(skb, V6N_POLICY_EGRESS, chosen) != 0)
+				return v6n_exit(skb, dir, V6N_REASON_DROP_MALFORMED, TC_ACT_SHOT);
+			reason = v6n_policy_judge(skb, chosen, &sent->key);
+		} else {
+			reason = v6n_policy_judge(skb, sent, NULL);
+		}
+		if (reason != V6N_REASON_PASS)
 			return v6n_exit(skb, dir, reason, TC_ACT_SHOT);
 	}
 	if (v6n_parse_ipv6(skb, &ip6) != V6N_REASON_PASS || !ip6)
@@ -72,6 +99,11 @@ int v6n_to_pod(struct __sk_buff *skb)
 
 	if (reason == V6N_REASON_PASS && !ip6)
 		reason = V6N_REASON_DROP_NOT_IPV6;
+	/* What the stack delivers (from the node, or routed by it) is judged
+	 * here; what BPF host routing delivers was judged on its way, and
+	 * passes again as a known connection. */
+	if (reason == V6N_REASON_PASS)
+		reason = v6n_policy_check(skb, V6N_POLICY_INGRESS);
 	return v6n_exit(skb, V6N_DIRECTION_TO_POD, reason, reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT);
 }
 

@@ -36,6 +36,14 @@ pub use generated::{
     V6N_NAT64_FILTER_ENDPOINT_INDEPENDENT as NAT64_FILTER_ENDPOINT_INDEPENDENT, V6N_NAT64_POOL_MAX as NAT64_POOL_MAX,
     V6N_NAT64_SOURCES_MAX as NAT64_SOURCES_MAX, V6N_NAT64_STATE_MAX as NAT64_STATE_MAX,
 };
+pub use generated::{
+    v6n_policy_classes as PolicyClasses, v6n_policy_ct_key as PolicyCtKey, v6n_policy_ct_value as PolicyCtValue,
+    v6n_policy_denied_value as PolicyDeniedValue, v6n_policy_direction as PolicyDirection, v6n_policy_peer as PolicyPeer,
+    v6n_policy_peer_key as PolicyPeerKey, v6n_policy_pod as PolicyPod, v6n_policy_port as PolicyPort,
+    v6n_policy_port_key as PolicyPortKey, v6n_policy_rules as PolicyRules, V6N_POLICY_AUDIT as POLICY_AUDIT,
+    V6N_POLICY_CLASSES_MAX as POLICY_CLASSES_MAX, V6N_POLICY_CT_MAX as POLICY_CT_MAX, V6N_POLICY_PEERS_MAX as POLICY_PEERS_MAX,
+    V6N_POLICY_PODS_MAX as POLICY_PODS_MAX, V6N_POLICY_PORTS_MAX as POLICY_PORTS_MAX,
+};
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
 // pattern is valid and the kernel copies them byte for byte.
@@ -67,6 +75,15 @@ mod pod {
     unsafe impl aya::Pod for MaglevTable {}
     unsafe impl aya::Pod for Nat46FrontendKey {}
     unsafe impl aya::Pod for Nat46Frontend {}
+    unsafe impl aya::Pod for PolicyPod {}
+    unsafe impl aya::Pod for PolicyPeerKey {}
+    unsafe impl aya::Pod for PolicyPeer {}
+    unsafe impl aya::Pod for PolicyPort {}
+    unsafe impl aya::Pod for PolicyPortKey {}
+    unsafe impl aya::Pod for PolicyClasses {}
+    unsafe impl aya::Pod for PolicyCtKey {}
+    unsafe impl aya::Pod for PolicyCtValue {}
+    unsafe impl aya::Pod for PolicyDeniedValue {}
 }
 
 /// Names of the maps userspace opens, as the BPF headers declare them (each
@@ -107,6 +124,12 @@ pub mod maps {
     pub const NAT46_BACKENDS: &str = "v6n_nat46_backends";
     pub const NAT46_MAGLEV: &str = "v6n_nat46_maglev";
     pub const NAT46_STATE: &str = "v6n_nat46_state";
+    /// Declared in `bpf/lib/policy.h`: network policy.
+    pub const POLICY_PODS: &str = "v6n_policy_pods";
+    pub const POLICY_PEERS: &str = "v6n_policy_peers";
+    pub const POLICY_PORTS: &str = "v6n_policy_ports";
+    pub const POLICY_CT: &str = "v6n_policy_ct";
+    pub const POLICY_DENIED: &str = "v6n_policy_denied";
 }
 
 impl Reason {
@@ -136,6 +159,9 @@ impl Reason {
         Reason::V6N_REASON_DROP_NAT46_NO_FLOW,
         Reason::V6N_REASON_DROP_NAT46_STATE_FULL,
         Reason::V6N_REASON_XLAT_TO_FRAGMENT,
+        Reason::V6N_REASON_DROP_POLICY_INGRESS,
+        Reason::V6N_REASON_DROP_POLICY_EGRESS,
+        Reason::V6N_REASON_POLICY_AUDIT,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -166,6 +192,9 @@ impl Reason {
             Reason::V6N_REASON_DROP_NAT46_NO_FLOW => "nat46_no_flow",
             Reason::V6N_REASON_DROP_NAT46_STATE_FULL => "nat46_state_full",
             Reason::V6N_REASON_XLAT_TO_FRAGMENT => "translated_after_fragmenting",
+            Reason::V6N_REASON_DROP_POLICY_INGRESS => "policy_denied_ingress",
+            Reason::V6N_REASON_DROP_POLICY_EGRESS => "policy_denied_egress",
+            Reason::V6N_REASON_POLICY_AUDIT => "policy_audit_would_deny",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -184,6 +213,7 @@ impl Reason {
                 | Reason::V6N_REASON_ROUTED
                 | Reason::V6N_REASON_LB_TRANSLATED
                 | Reason::V6N_REASON_LB_TRACKED
+                | Reason::V6N_REASON_POLICY_AUDIT
         )
     }
 }

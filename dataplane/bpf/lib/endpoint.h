@@ -13,7 +13,14 @@
 #include <bpf/bpf_helpers.h>
 
 #include "maps.h"
+#include "parse.h"
+#include "policy.h"
 #include "verdict.h"
+
+/* v6n_to_endpoint's answer when the receiving pod's policy denies the
+ * packet: not a tc action, v6n_exit_routed (or v6n_delivered_reason and
+ * v6n_tc_action) make it one. */
+#define V6N_ACT_POLICY_DENIED 0x100
 
 static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
 {
@@ -23,15 +30,9 @@ static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_
 	return bpf_map_lookup_elem(&v6n_endpoints, &key);
 }
 
-/* Link-local and multicast destinations belong to the link's own stack
- * (neighbour discovery with the host, on veth), never to host routing. */
-static __always_inline int v6n_link_scoped(const struct in6_addr *addr)
-{
-	return addr->s6_addr[0] == 0xff || (addr->s6_addr[0] == 0xfe && (addr->s6_addr[1] & 0xc0) == 0x80);
-}
-
 /*
- * Hands the packet to the pod behind `ep`, as a router would: hop limit
+ * Hands the packet to the pod behind `ep` if the pod's ingress policy lets it
+ * in (else V6N_ACT_POLICY_DENIED), as a router would: hop limit
  * decremented (the kernel gets the packet when it runs out, to send Time
  * Exceeded), MACs set to what the pod's device expects.
  *
@@ -49,6 +50,17 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
 {
 	if (ip6->hop_limit <= 1)
 		return TC_ACT_UNSPEC;
+	enum v6n_reason judged = v6n_policy_check(skb, V6N_POLICY_INGRESS);
+	if (judged == V6N_REASON_DROP_POLICY_INGRESS)
+		return V6N_ACT_POLICY_DENIED;
+	if (judged != V6N_REASON_PASS)
+		return TC_ACT_SHOT;
+	/* Policy read the packet through helpers: its pointers are stale. */
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	ip6 = data + sizeof(struct ethhdr);
+	if ((void *)(ip6 + 1) > data_end)
+		return TC_ACT_SHOT;
 	ip6->hop_limit--;
 
 	__u8 macs[12];
@@ -69,15 +81,32 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
  * rewritten is too short for its own headers. */
 static __always_inline enum v6n_reason v6n_routed_reason(int action)
 {
+	if (action == V6N_ACT_POLICY_DENIED)
+		return V6N_REASON_DROP_POLICY_INGRESS;
 	if (action == TC_ACT_REDIRECT)
 		return V6N_REASON_ROUTED;
 	return action == TC_ACT_UNSPEC ? V6N_REASON_PASS : V6N_REASON_DROP_MALFORMED;
 }
 
 /* The exit after host routing: records what it did, returns its action. */
+/* The tc action of what delivery answered. */
+static __always_inline int v6n_tc_action(int delivered)
+{
+	return delivered == V6N_ACT_POLICY_DENIED ? TC_ACT_SHOT : delivered;
+}
+
 static __always_inline int v6n_exit_routed(struct __sk_buff *skb, __u8 direction, int action)
 {
-	return v6n_exit(skb, direction, v6n_routed_reason(action), action);
+	return v6n_exit(skb, direction, v6n_routed_reason(action), v6n_tc_action(action));
+}
+
+/* The reason to count for a delivery after a translation that counts as
+ * `translated`: the delivery's own failure, or the translation. */
+static __always_inline enum v6n_reason v6n_delivered_reason(int delivered, enum v6n_reason translated)
+{
+	if (delivered == V6N_ACT_POLICY_DENIED)
+		return V6N_REASON_DROP_POLICY_INGRESS;
+	return delivered == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : translated;
 }
 
 #endif /* V6NODE_LIB_ENDPOINT_H */

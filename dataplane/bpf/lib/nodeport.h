@@ -468,8 +468,9 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 
 		if (rewritten == 0)
 			return V6N_REASON_PASS;
-		*action = rewritten < 0 ? TC_ACT_SHOT : v6n_nodeport_deliver(skb, 1);
-		return *action == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : V6N_REASON_LB_TRACKED;
+		int delivered = rewritten < 0 ? TC_ACT_SHOT : v6n_nodeport_deliver(skb, 1);
+		*action = v6n_tc_action(delivered);
+		return v6n_delivered_reason(delivered, V6N_REASON_LB_TRACKED);
 	}
 	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
 	if (entry && !(entry->flags & V6N_CT_REPLY)) {
@@ -498,8 +499,9 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 		*action = TC_ACT_SHOT;
 		return V6N_REASON_DROP_MALFORMED;
 	}
-	*action = v6n_nodeport_deliver(skb, 1);
-	return *action == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : reason;
+	int delivered = v6n_nodeport_deliver(skb, 1);
+	*action = v6n_tc_action(delivered);
+	return v6n_delivered_reason(delivered, reason);
 }
 
 /*

@@ -44,4 +44,12 @@ static __always_inline enum v6n_reason v6n_parse_ipv6(struct __sk_buff *skb, str
 	return V6N_REASON_PASS;
 }
 
+/* Link-local and multicast addresses belong to the link's own stack
+ * (neighbour discovery with the host, on veth): never to host routing, nor
+ * to policy. */
+static __always_inline int v6n_link_scoped(const struct in6_addr *addr)
+{
+	return addr->s6_addr[0] == 0xff || (addr->s6_addr[0] == 0xfe && (addr->s6_addr[1] & 0xc0) == 0x80);
+}
+
 #endif /* V6NODE_LIB_PARSE_H */

@@ -9,6 +9,7 @@ pub mod lb;
 pub mod nat64;
 pub mod node;
 pub mod packet;
+pub mod policy;
 
 use std::{path::PathBuf, process::Command};
 

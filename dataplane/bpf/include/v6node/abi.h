@@ -45,6 +45,10 @@ enum v6n_reason {
 	V6N_REASON_DROP_NAT46_NO_FLOW = 22,    /* a backend's packet to a client the gateway has no flow for */
 	V6N_REASON_DROP_NAT46_STATE_FULL = 23, /* the flow table has no room for a new flow */
 	V6N_REASON_XLAT_TO_FRAGMENT = 24, /* DF clear and too big: to the kernel to fragment, then translated */
+	/* Network policy (lib/policy.h). */
+	V6N_REASON_DROP_POLICY_INGRESS = 25, /* no rule of the receiving pod's policies allows it */
+	V6N_REASON_DROP_POLICY_EGRESS = 26,  /* no rule of the sending pod's policies allows it */
+	V6N_REASON_POLICY_AUDIT = 27,        /* would have been denied; passed, as the pod's policy is audited */
 	V6N_REASON_COUNT
 };
 
@@ -433,5 +437,100 @@ struct v6n_nat46_frontend {
 #define V6N_NAT46_VIPS_MAX 1024
 #define V6N_NAT46_BACKENDS_MAX 65536
 #define V6N_NAT46_STATE_MAX 1048576
+
+/*
+ * Network policy (lib/policy.h). The agent compiles the policies that
+ * select each pod of this node, for each direction, into:
+ *   v6n_policy_pods: the pod's address -> for each direction the id of its
+ *     compiled rules (0: not isolated, everything allowed) and flags.
+ *   v6n_policy_peers: LPM trie of (id, peer prefix) -> the port classes a
+ *     peer in that prefix may use. The agent writes each prefix with the
+ *     classes of every rule whose peers contain all of it, excepts applied,
+ *     so the longest match alone answers.
+ *   v6n_policy_ports: LPM trie of (id, protocol, port prefix) -> the classes
+ *     that contain the port; a class is one distinct set of ports of the
+ *     pod's rules (at most 64 a direction).
+ * A new connection is allowed when peer classes & (port classes | the
+ * direction's any_port_classes) is not zero: three lookups whatever the
+ * number of rules. A changed policy gets a new id: its entries are written
+ * first, then the pod's entry is switched to it in one update, then the old
+ * id's entries are deleted, so a packet sees the old rules or the new ones.
+ *
+ * v6n_policy_ct: the connections policy let through, by the tuple of their
+ * first packet as the judged pod sent or received it and the direction; a
+ * reply, and an ICMPv6 error about the connection, is allowed by it.
+ */
+enum v6n_policy_direction {
+	V6N_POLICY_INGRESS = 0,
+	V6N_POLICY_EGRESS = 1,
+};
+
+#define V6N_POLICY_AUDIT 1 /* count what would be denied, drop nothing */
+
+struct v6n_policy_rules {
+	__u32 id;      /* of the entries in v6n_policy_peers and _ports; 0: not isolated */
+	__u32 flags;   /* V6N_POLICY_AUDIT */
+	__u64 any_port_classes; /* classes of rules with no ports: every protocol and port */
+};
+
+struct v6n_policy_pod {
+	struct v6n_policy_rules direction[2]; /* by enum v6n_policy_direction */
+};
+
+/* The tries' keys: the length first, in bits, then the data it counts in. */
+struct v6n_policy_peer {
+	__u32 id; /* network byte order: LPM compares keys bytewise */
+	__u8 addr[16];
+};
+
+struct v6n_policy_peer_key {
+	__u32 prefixlen; /* 32 (the id) + the peer prefix's length */
+	struct v6n_policy_peer peer;
+};
+
+struct v6n_policy_port {
+	__u32 id; /* network byte order */
+	__u8 protocol;
+	__u8 pad;
+	__u16 port; /* network byte order */
+};
+
+struct v6n_policy_port_key {
+	__u32 prefixlen; /* 48 (id, protocol, pad) + the port prefix's length */
+	struct v6n_policy_port port;
+};
+
+struct v6n_policy_classes {
+	__u64 classes;
+};
+
+struct v6n_policy_ct_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport; /* network byte order; an echo request's identifier */
+	__u16 dport; /* an echo reply's identifier */
+	__u8 protocol;
+	__u8 direction; /* enum v6n_policy_direction */
+	__u8 pad[2];
+};
+
+struct v6n_policy_ct_value {
+	__u64 last_seen_ns;
+	__u32 id;    /* the rules that allowed it, for status */
+	__u32 flags; /* V6N_CT_CLOSING after a FIN or RST */
+};
+
+/* v6n_policy_denied: per-CPU hash, by rules id: what they denied. */
+struct v6n_policy_denied_value {
+	__u64 packets;
+	__u64 bytes;
+};
+
+#define V6N_POLICY_CLASSES_MAX 64
+#define V6N_POLICY_PODS_MAX 65536
+#define V6N_POLICY_PEERS_MAX 4194304 /* no per-pod limit: shared by the node's pods */
+#define V6N_POLICY_PORTS_MAX 1048576
+#define V6N_POLICY_CT_MAX 262144
+#define V6N_POLICY_DENIED_MAX 131072
 
 #endif /* V6NODE_ABI_H */
