@@ -40,6 +40,7 @@ use crate::{
     files, filter, logging, metrics,
     nat::Nat,
     paths::Paths,
+    policy::PolicyTables,
     services::{proxy, sockets, ServiceProxy},
     state::{self, Reload, Shared, State},
 };
@@ -79,41 +80,41 @@ struct Daemon {
     /// Following the Kubernetes API, while kubernetes.kubeconfig is set.
     cluster: Option<Cluster>,
     services: ServiceProxy,
+    policies: PolicyTables,
     nat: Nat,
 }
 
 /// What a burst of API changes asks to run again: the whole cluster side
-/// when Nodes (or a watch's connection) changed, else the service proxy
-/// alone.
-#[derive(Debug, PartialEq)]
-enum Rerun {
-    Cluster,
-    Services,
+/// (service proxy and policies included) when Nodes (or a watch's
+/// connection) changed, else the service proxy, the policies, or both.
+#[derive(Debug, Default, PartialEq)]
+struct Rerun {
+    cluster: bool,
+    services: bool,
+    policies: bool,
 }
 
-/// The watch's counts as last seen, and whether Nodes changed since the
-/// last rerun.
+/// The watch's counts as last seen, and what changed since the last rerun.
 #[derive(Default)]
 struct PendingChanges {
     seen: Changes,
-    nodes: bool,
+    pending: Rerun,
 }
 
 impl PendingChanges {
     fn new(seen: Changes) -> Self {
-        PendingChanges { seen, nodes: false }
+        PendingChanges { seen, pending: Rerun::default() }
     }
 
     fn observe(&mut self, now: Changes) {
-        self.nodes |= now.nodes != self.seen.nodes;
+        self.pending.cluster |= now.nodes != self.seen.nodes;
+        self.pending.services |= now.services != self.seen.services;
+        self.pending.policies |= now.policies != self.seen.policies;
         self.seen = now;
     }
 
     fn take(&mut self) -> Rerun {
-        match std::mem::take(&mut self.nodes) {
-            true => Rerun::Cluster,
-            false => Rerun::Services,
-        }
+        std::mem::take(&mut self.pending)
     }
 }
 
@@ -168,6 +169,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
             let shared = shared.clone();
             Arc::new(move |outcome| shared.update(|s| s.ended_connections.get_or_insert_default().record(outcome)))
         }),
+        policies: PolicyTables::default(),
         nat: Nat::default(),
     };
     daemon.apply(&loaded).await?;
@@ -208,9 +210,16 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
             _ = async { match cluster_settle_at { Some(at) => sleep_until(at).await, None => pending().await } } => {
                 cluster_settle_at = None;
                 let started = Instant::now();
-                match pending_changes.take() {
-                    Rerun::Cluster => daemon.reconcile_cluster().await,
-                    Rerun::Services => daemon.sync_services(),
+                let rerun = pending_changes.take();
+                if rerun.cluster {
+                    daemon.reconcile_cluster().await;
+                } else {
+                    if rerun.services {
+                        daemon.sync_services();
+                    }
+                    if rerun.policies {
+                        daemon.sync_policies();
+                    }
                 }
                 cluster_cost = started.elapsed();
             }
@@ -388,6 +397,7 @@ impl Daemon {
                 self.shared.update_if_changed(|s| &mut s.cni_config, cni_config);
             }
             self.sync_services();
+            self.sync_policies();
         }
         // BGP announces the Node's prefixes, or pods.prefix without a cluster.
         let (cluster, previous) = self.shared.read(|s| (s.cluster.clone(), s.bgp.clone()));
@@ -402,6 +412,27 @@ impl Daemon {
         let next = self.services.sync(&self.shared.paths, &self.loaded.config, cluster, &self.endpoints, node, previous.as_ref());
         if next.is_some() {
             self.shared.update_if_changed(|s| &mut s.services, next);
+        }
+    }
+
+    /// The policy tables from the policies view. Until Pods, Namespaces
+    /// and NetworkPolicies were listed once, and while no pod device has
+    /// pinned the tables, they stay as they are.
+    fn sync_policies(&mut self) {
+        let Some(cluster) = &self.cluster else { return };
+        let config = &self.loaded.config;
+        // IPv4 ipBlocks mean the pods' traffic through the NAT64 prefix, when it embeds a whole address.
+        let nat64_prefix = Some(config.nat64.prefix).filter(|p| p.prefix_len() == 96);
+        let masquerade = self.shared.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
+        let Some(view) = cluster.policies(nat64_prefix, masquerade) else { return };
+        match self.policies.sync(&self.shared.paths.pin_dir, &view, config.policy.mode) {
+            Ok(next) => {
+                if next.rewritten > 0 {
+                    log::info!("policy: {} pod(s) given new rules in {:.1} ms", next.rewritten, next.sync_ms);
+                }
+                self.shared.update_if_changed(|s| &mut s.policy, Some(next));
+            }
+            Err(e) => log::debug!("policy tables not written: {e:#}"),
         }
     }
 
@@ -491,19 +522,27 @@ mod tests {
 
     #[test]
     fn a_change_of_services_alone_reruns_the_service_proxy_alone() {
-        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7 });
-        pending.observe(Changes { nodes: 3, services: 8 });
-        pending.observe(Changes { nodes: 3, services: 12 });
-        assert_eq!(pending.take(), Rerun::Services);
+        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7, policies: 1 });
+        pending.observe(Changes { nodes: 3, services: 8, policies: 1 });
+        pending.observe(Changes { nodes: 3, services: 12, policies: 1 });
+        assert_eq!(pending.take(), Rerun { services: true, ..Rerun::default() });
+    }
+
+    #[test]
+    fn a_change_of_policies_alone_reruns_the_policies_alone() {
+        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7, policies: 1 });
+        pending.observe(Changes { nodes: 3, services: 7, policies: 5 });
+        assert_eq!(pending.take(), Rerun { policies: true, ..Rerun::default() });
+        assert_eq!(pending.take(), Rerun::default(), "nothing twice");
     }
 
     #[test]
     fn a_change_of_nodes_anywhere_in_a_burst_reruns_the_cluster_side_once() {
-        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7 });
-        pending.observe(Changes { nodes: 4, services: 7 });
-        pending.observe(Changes { nodes: 4, services: 9 });
-        assert_eq!(pending.take(), Rerun::Cluster);
-        pending.observe(Changes { nodes: 4, services: 10 });
-        assert_eq!(pending.take(), Rerun::Services);
+        let mut pending = PendingChanges::new(Changes { nodes: 3, services: 7, policies: 1 });
+        pending.observe(Changes { nodes: 4, services: 7, policies: 1 });
+        pending.observe(Changes { nodes: 4, services: 9, policies: 1 });
+        assert!(pending.take().cluster);
+        pending.observe(Changes { nodes: 4, services: 10, policies: 1 });
+        assert_eq!(pending.take(), Rerun { services: true, ..Rerun::default() });
     }
 }

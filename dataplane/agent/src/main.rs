@@ -20,6 +20,7 @@ mod metrics;
 mod nat;
 mod netdev;
 mod paths;
+mod policy;
 mod reload;
 mod selftest;
 mod services;

@@ -198,6 +198,33 @@ pub fn render(paths: &Paths, state: &State) -> String {
             ended.failures
         );
     }
+    if let Some(policy) = &state.policy {
+        let denied = crate::policy::denied_by_id(&paths.pin_dir);
+        let name = "v6node_policy_denied_packets_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Packets no rule of a pod's policies allowed (in audit mode: passed, and would have been denied), by pod, direction and the policies that select it.\n# TYPE {name} counter"
+        );
+        for pod in &policy.pods {
+            for (direction, rules) in [("ingress", &pod.ingress), ("egress", &pod.egress)] {
+                let Some(rules) = rules else { continue };
+                let _ = writeln!(
+                    out,
+                    "{name}{{pod=\"{}\",direction=\"{direction}\",policies=\"{}\",mode=\"{}\"}} {}",
+                    escape(&pod.pod),
+                    escape(&rules.policies.join(",")),
+                    policy.mode,
+                    rules.denied_before + denied.get(&rules.id).copied().unwrap_or(0)
+                );
+            }
+        }
+        let name = "v6node_policy_errors";
+        let errors = policy.pods.iter().flat_map(|p| [&p.ingress, &p.egress]).flatten().filter(|r| r.error.is_some()).count();
+        let _ = writeln!(
+            out,
+            "# HELP {name} Pod directions whose wanted rules are not in force (their last good ones are): see status.\n# TYPE {name} gauge\n{name} {errors}"
+        );
+    }
     let name = "v6node_dataplane_bigtcp_gso_max_size_bytes";
     let _ = writeln!(out, "# HELP {name} GSO maximum size the agent set, by device.\n# TYPE {name} gauge");
     for report in &state.bigtcp {

@@ -59,6 +59,10 @@ pub struct State {
     /// until a backend left.
     #[serde(default)]
     pub ended_connections: Option<crate::services::connections::Ended>,
+    /// The network policy tables; None until the API's policies were
+    /// listed and written once.
+    #[serde(default)]
+    pub policy: Option<crate::policy::PolicyState>,
     /// What bird was configured with; None while routing.asn is unset.
     #[serde(default)]
     pub bgp: Option<crate::cluster::bgp::BgpState>,

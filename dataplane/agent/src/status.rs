@@ -44,6 +44,8 @@ struct Status {
     selftest: Vec<crate::selftest::SelfTest>,
     /// Services; null until the API is followed with services.cgroup set.
     services: Option<Services>,
+    /// Network policy; null until the API's policies were written once.
+    policy: Option<Policy>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
 }
@@ -64,6 +66,14 @@ struct Services {
     stats: std::collections::BTreeMap<u32, (u64, u64)>,
     /// Connections ended because their backend left (crate::services::connections).
     ended_connections: Option<crate::services::connections::Ended>,
+}
+
+#[derive(Serialize)]
+struct Policy {
+    #[serde(flatten)]
+    recorded: crate::policy::PolicyState,
+    /// Packets denied (or, audited, that would have been) per rules id, from the kernel now.
+    denied: std::collections::BTreeMap<u32, u64>,
 }
 
 #[derive(Serialize)]
@@ -162,6 +172,16 @@ fn collect(paths: &Paths) -> Result<Status> {
             ended_connections: recorded.ended_connections.clone(),
         }
     });
+    let policy = recorded.policy.clone().map(|recorded| {
+        for pod in &recorded.pods {
+            for (direction, state) in [("ingress", &pod.ingress), ("egress", &pod.egress)] {
+                if let Some(error) = state.as_ref().and_then(|s| s.error.as_ref()) {
+                    problems.push(format!("policy of pod {} ({direction}): {error}; its last good rules stay", pod.pod));
+                }
+            }
+        }
+        Policy { recorded, denied: crate::policy::denied_by_id(&paths.pin_dir) }
+    });
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
     }
@@ -193,6 +213,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         socket_hooks: recorded.socket_hooks,
         selftest: recorded.selftest,
         services,
+        policy,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -387,6 +408,7 @@ fn human(status: &Status) -> String {
         bgp_section(&mut out, bgp);
     }
     services_section(&mut out, status);
+    policy_section(&mut out, status);
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status
         .counters
@@ -507,6 +529,43 @@ fn services_section(out: &mut String, status: &Status) {
             ended.requests,
             ended.error.as_ref().map(|e| format!("; last failed: {e}")).unwrap_or_default()
         );
+    }
+}
+
+fn policy_section(out: &mut String, status: &Status) {
+    let Some(policy) = &status.policy else {
+        return;
+    };
+    let p = &policy.recorded;
+    let _ = writeln!(
+        out,
+        "\npolicy:      {}; {} pod(s) isolated, {} table entries; last change applied in {:.1} ms",
+        p.mode,
+        p.pods.len(),
+        p.entries,
+        p.sync_ms
+    );
+    let mut rows = Vec::new();
+    for pod in &p.pods {
+        for (direction, state) in [("ingress", &pod.ingress), ("egress", &pod.egress)] {
+            let Some(state) = state else { continue };
+            let denied = state.denied_before + policy.denied.get(&state.id).copied().unwrap_or(0);
+            rows.push(vec![
+                pod.pod.clone(),
+                pod.address.to_string(),
+                direction.to_owned(),
+                if state.policies.is_empty() { "-".into() } else { state.policies.join(",") },
+                state.entries.to_string(),
+                denied.to_string(),
+                state.error.clone().map_or("-".into(), |e| format!("last good rules stay: {e}")),
+            ]);
+        }
+    }
+    if !rows.is_empty() {
+        table(out, &["POD", "ADDRESS", "DIRECTION", "POLICIES", "ENTRIES", "DENIED", "ERROR"], &rows);
+    }
+    for problem in &p.problems {
+        let _ = writeln!(out, "  policy {}/{}: {}", problem.namespace, problem.name, problem.message);
     }
 }
 

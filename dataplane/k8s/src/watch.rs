@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Follows the cluster's Nodes, Services and EndpointSlices into reflector
+//! Follows the cluster's Nodes, Services and EndpointSlices, and Pods,
+//! Namespaces and NetworkPolicies for network policy, into reflector
 //! stores (one watch each), and says when a store changed. The API connection is rebuilt from the kubeconfig after
 //! every failure, so a rotated credential (a new token or client certificate
 //! in the files the kubeconfig names) and a restarted API server are taken up
@@ -14,8 +15,9 @@ use std::{
 
 use futures::StreamExt;
 use k8s_openapi::api::{
-    core::v1::{Node, Service},
+    core::v1::{Namespace, Node, Pod, Service},
     discovery::v1::EndpointSlice,
+    networking::v1::NetworkPolicy,
 };
 use kube::{
     config::{KubeConfigOptions, Kubeconfig},
@@ -31,6 +33,7 @@ use tokio::{sync::watch as signal, task::JoinHandle};
 use crate::{
     cluster::ClusterView,
     events::ServiceEvents,
+    policy::PolicyView,
     services::{ServiceProblem, ServicesView},
     Settings,
 };
@@ -44,6 +47,8 @@ pub struct Changes {
     pub nodes: u64,
     /// The Service and EndpointSlice stores.
     pub services: u64,
+    /// The Pod, Namespace and NetworkPolicy stores.
+    pub policies: u64,
 }
 
 /// Which count a watch's events go to.
@@ -51,6 +56,7 @@ pub struct Changes {
 enum Kind {
     Nodes,
     Services,
+    Policies,
 }
 
 impl Changes {
@@ -58,6 +64,7 @@ impl Changes {
         match kind {
             Kind::Nodes => self.nodes += 1,
             Kind::Services => self.services += 1,
+            Kind::Policies => self.policies += 1,
         }
     }
 }
@@ -122,8 +129,11 @@ pub struct ClusterWatch {
     nodes: Store<Node>,
     services: Store<Service>,
     slices: Store<EndpointSlice>,
-    /// Nodes, Services, EndpointSlices: each watch reports its own.
-    states: [Arc<Mutex<ApiState>>; 3],
+    pods: Store<Pod>,
+    namespaces: Store<Namespace>,
+    policies: Store<NetworkPolicy>,
+    /// Each watch reports its own, in the order of `WATCHES`.
+    states: [Arc<Mutex<ApiState>>; WATCHES.len()],
     changes: signal::Receiver<Changes>,
     tasks: Vec<JoinHandle<()>>,
     events: ServiceEvents,
@@ -135,15 +145,34 @@ impl ClusterWatch {
         let (nodes, node_writer) = reflector::store();
         let (services, service_writer) = reflector::store();
         let (slices, slice_writer) = reflector::store();
+        let (pods, pod_writer) = reflector::store();
+        let (namespaces, namespace_writer) = reflector::store();
+        let (policies, policy_writer) = reflector::store();
         let state = || Arc::new(Mutex::new(ApiState { kubeconfig: settings.kubeconfig.clone(), ..ApiState::default() }));
-        let states = [state(), state(), state()];
+        let states = WATCHES.map(|_| state());
         let (notify, changes) = signal::channel(Changes::default());
+        let args = |watch: usize, kind| (settings.clone(), WATCHES[watch], kind, states[watch].clone(), notify.clone());
         let tasks = vec![
-            tokio::spawn(follow(settings.clone(), "nodes", Kind::Nodes, node_writer, states[0].clone(), notify.clone())),
-            tokio::spawn(follow(settings.clone(), "services", Kind::Services, service_writer, states[1].clone(), notify.clone())),
-            tokio::spawn(follow(settings.clone(), "endpointslices", Kind::Services, slice_writer, states[2].clone(), notify)),
+            tokio::spawn(follow_into(args(NODES, Kind::Nodes), node_writer)),
+            tokio::spawn(follow_into(args(SERVICES, Kind::Services), service_writer)),
+            tokio::spawn(follow_into(args(ENDPOINT_SLICES, Kind::Services), slice_writer)),
+            tokio::spawn(follow_into(args(PODS, Kind::Policies), pod_writer)),
+            tokio::spawn(follow_into(args(NAMESPACES, Kind::Policies), namespace_writer)),
+            tokio::spawn(follow_into(args(NETWORK_POLICIES, Kind::Policies), policy_writer)),
         ];
-        ClusterWatch { settings, nodes, services, slices, states, changes, tasks, events: ServiceEvents::default() }
+        ClusterWatch {
+            settings,
+            nodes,
+            services,
+            slices,
+            pods,
+            namespaces,
+            policies,
+            states,
+            changes,
+            tasks,
+            events: ServiceEvents::default(),
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -176,7 +205,7 @@ impl ClusterWatch {
     /// the cluster's Nodes has arrived once (before that, an empty store
     /// would look like a cluster without peers).
     pub fn view(&self) -> Option<ClusterView> {
-        if !self.synced(0) {
+        if !self.synced(NODES) {
             return None;
         }
         let nodes = self.nodes.state();
@@ -189,7 +218,7 @@ impl ClusterWatch {
     /// IPv6 InternalIPs: a pod or the node reaching another node's NodePort
     /// gets its backend here, at connect, as it does for its own node's.
     pub fn services(&self) -> Option<ServicesView> {
-        if !self.synced(0) || !self.synced(1) || !self.synced(2) {
+        if ![NODES, SERVICES, ENDPOINT_SLICES].iter().all(|&w| self.synced(w)) {
             return None;
         }
         let nodes = self.nodes.state();
@@ -197,11 +226,7 @@ impl ClusterWatch {
             nodes.iter().flat_map(|n| crate::cluster::internal_ipv6(n).collect::<Vec<_>>()).collect();
         node_addresses.sort();
         node_addresses.dedup();
-        let own_addresses: Vec<std::net::Ipv6Addr> = nodes
-            .iter()
-            .filter(|n| n.metadata.name.as_deref() == Some(self.settings.node_name.as_str()))
-            .flat_map(|n| crate::cluster::internal_ipv6(n).collect::<Vec<_>>())
-            .collect();
+        let own_addresses = self.own_addresses();
         let services = self.services.state();
         let slices = self.slices.state();
         Some(ServicesView::build(
@@ -215,6 +240,38 @@ impl ClusterWatch {
 }
 
 impl ClusterWatch {
+    /// This node's IPv6 InternalIPs, from its Node.
+    fn own_addresses(&self) -> Vec<std::net::Ipv6Addr> {
+        let nodes = self.nodes.state();
+        nodes
+            .iter()
+            .filter(|n| n.metadata.name.as_deref() == Some(self.settings.node_name.as_str()))
+            .flat_map(|n| crate::cluster::internal_ipv6(n).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// What the network policies ask of this node's pods, once Nodes, Pods,
+    /// Namespaces and NetworkPolicies were listed completely (before that,
+    /// a pod would look selected by nothing: the tables stay as they are).
+    /// `masquerade` is this node's masquerade address: a pod reaching itself
+    /// through a Service comes from it, and that is always allowed.
+    pub fn policies(&self, nat64_prefix: Option<ipnet::Ipv6Net>, masquerade: Option<std::net::Ipv6Addr>) -> Option<PolicyView> {
+        if ![NODES, PODS, NAMESPACES, NETWORK_POLICIES].iter().all(|&w| self.synced(w)) {
+            return None;
+        }
+        let (pods, namespaces, policies) = (self.pods.state(), self.namespaces.state(), self.policies.state());
+        let mut node_addresses = self.own_addresses();
+        node_addresses.extend(masquerade);
+        Some(crate::policy::build(
+            &self.settings.node_name,
+            &node_addresses,
+            nat64_prefix,
+            pods.iter().map(|p| p.as_ref()),
+            namespaces.iter().map(|n| n.as_ref()),
+            policies.iter().map(|p| p.as_ref()),
+        ))
+    }
+
     /// Warning Events on the Services with these problems (see `events`).
     ///
     /// Every agent sees the same Services, so one node publishes them for the
@@ -237,6 +294,24 @@ impl Drop for ClusterWatch {
             task.abort();
         }
     }
+}
+
+/// The watches, by their index in `ClusterWatch::states`.
+const WATCHES: [&str; 6] = ["nodes", "services", "endpointslices", "pods", "namespaces", "networkpolicies"];
+const NODES: usize = 0;
+const SERVICES: usize = 1;
+const ENDPOINT_SLICES: usize = 2;
+const PODS: usize = 3;
+const NAMESPACES: usize = 4;
+const NETWORK_POLICIES: usize = 5;
+
+type Follow = (Settings, &'static str, Kind, Arc<Mutex<ApiState>>, signal::Sender<Changes>);
+
+async fn follow_into<K>((settings, what, kind, state, notify): Follow, writer: Writer<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    follow(settings, what, kind, writer, state, notify).await
 }
 
 async fn follow<K>(

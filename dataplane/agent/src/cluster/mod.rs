@@ -91,6 +91,16 @@ impl Cluster {
         self.watch.services()
     }
 
+    /// What the network policies ask of this node's pods; `None` until
+    /// Nodes, Pods, Namespaces and NetworkPolicies were listed once.
+    pub fn policies(
+        &self,
+        nat64_prefix: Option<ipnet::Ipv6Net>,
+        masquerade: Option<std::net::Ipv6Addr>,
+    ) -> Option<v6node_k8s::PolicyView> {
+        self.watch.policies(nat64_prefix, masquerade)
+    }
+
     /// Warning Events on the Services the view could not serve as written.
     pub fn report(&self, view: &ServicesView) {
         self.watch.report(&view.problems);
