@@ -424,7 +424,7 @@ impl Daemon {
         // IPv4 ipBlocks mean the pods' traffic through the NAT64 prefix, when it embeds a whole address.
         let nat64_prefix = Some(config.nat64.prefix).filter(|p| p.prefix_len() == 96);
         let masquerade = self.shared.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
-        let Some(view) = cluster.policies(nat64_prefix, masquerade) else { return };
+        let Some(view) = cluster.policies(nat64_prefix, masquerade, &self.endpoints.pod_addresses()) else { return };
         match self.policies.sync(&self.shared.paths.pin_dir, &view, config.policy.mode) {
             Ok(next) => {
                 if next.rewritten > 0 {

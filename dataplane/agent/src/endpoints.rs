@@ -101,6 +101,17 @@ impl Endpoints {
         self.records.values().cloned().collect()
     }
 
+    /// Each pod's addresses by "namespace/name", as v6node-cni gave them.
+    pub fn pod_addresses(&self) -> std::collections::BTreeMap<String, Vec<Ipv6Addr>> {
+        let mut addresses: std::collections::BTreeMap<String, Vec<Ipv6Addr>> = Default::default();
+        for state in self.records.values() {
+            if let Some(pod) = &state.endpoint.pod {
+                addresses.entry(pod.clone()).or_default().push(state.endpoint.address);
+            }
+        }
+        addresses
+    }
+
     /// The pods' network namespaces, each once.
     pub fn namespaces(&self) -> Vec<std::path::PathBuf> {
         let paths: std::collections::BTreeSet<&str> =

@@ -255,7 +255,14 @@ impl ClusterWatch {
     /// a pod would look selected by nothing: the tables stay as they are).
     /// `masquerade` is this node's masquerade address: a pod reaching itself
     /// through a Service comes from it, and that is always allowed.
-    pub fn policies(&self, nat64_prefix: Option<ipnet::Ipv6Net>, masquerade: Option<std::net::Ipv6Addr>) -> Option<PolicyView> {
+    /// `cni_addresses` are this node's pods' addresses by "namespace/name",
+    /// for pods whose status does not show them yet.
+    pub fn policies(
+        &self,
+        nat64_prefix: Option<ipnet::Ipv6Net>,
+        masquerade: Option<std::net::Ipv6Addr>,
+        cni_addresses: &std::collections::BTreeMap<String, Vec<std::net::Ipv6Addr>>,
+    ) -> Option<PolicyView> {
         if ![NODES, PODS, NAMESPACES, NETWORK_POLICIES].iter().all(|&w| self.synced(w)) {
             return None;
         }
@@ -269,6 +276,7 @@ impl ClusterWatch {
             pods.iter().map(|p| p.as_ref()),
             namespaces.iter().map(|n| n.as_ref()),
             policies.iter().map(|p| p.as_ref()),
+            cni_addresses,
         ))
     }
 

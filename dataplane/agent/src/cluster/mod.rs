@@ -97,8 +97,9 @@ impl Cluster {
         &self,
         nat64_prefix: Option<ipnet::Ipv6Net>,
         masquerade: Option<std::net::Ipv6Addr>,
+        cni_addresses: &std::collections::BTreeMap<String, Vec<std::net::Ipv6Addr>>,
     ) -> Option<v6node_k8s::PolicyView> {
-        self.watch.policies(nat64_prefix, masquerade)
+        self.watch.policies(nat64_prefix, masquerade, cni_addresses)
     }
 
     /// Warning Events on the Services the view could not serve as written.

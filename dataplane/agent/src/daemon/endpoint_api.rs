@@ -115,5 +115,8 @@ impl Daemon {
         self.sync_devices().await;
         // The pods' hostPorts are frontends of the service tables.
         self.sync_services();
+        // A new pod's policy is in force before the plugin answers, so
+        // before its containers start.
+        self.sync_policies();
     }
 }

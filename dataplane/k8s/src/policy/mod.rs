@@ -136,7 +136,10 @@ pub struct PortRange {
 
 /// `nat64_prefix` is the cluster's NAT64 /96, through which IPv4 ipBlocks
 /// are reached; `node_addresses` this node's own, which an isolated pod
-/// always lets in. Equal input gives equal output, whatever its order.
+/// always lets in. `cni_addresses` are this node's pods' addresses as
+/// v6node-cni gave them, by "namespace/name": a pod's status shows its
+/// address only once it runs, and its policy must be in force before its
+/// containers start. Equal input gives equal output, whatever its order.
 pub fn build<'a>(
     node_name: &str,
     node_addresses: &[Ipv6Addr],
@@ -144,10 +147,11 @@ pub fn build<'a>(
     pods: impl IntoIterator<Item = &'a Pod> + Clone,
     namespaces: impl IntoIterator<Item = &'a Namespace> + Clone,
     policies: impl IntoIterator<Item = &'a NetworkPolicy> + Clone,
+    cni_addresses: &BTreeMap<String, Vec<Ipv6Addr>>,
 ) -> PolicyView {
     // Sorted by address, so every list of pods below comes out in address
     // order and a (stale) address two pods claim goes to the same one each time.
-    let mut cluster: Vec<PeerPod> = pods.into_iter().filter_map(|pod| PeerPod::new(pod, node_name)).collect();
+    let mut cluster: Vec<PeerPod> = pods.into_iter().filter_map(|pod| PeerPod::new(pod, node_name, cni_addresses)).collect();
     cluster.sort_by(|a, b| (&a.addresses, a.namespace, a.name).cmp(&(&b.addresses, b.namespace, b.name)));
 
     let mut namespace_labels: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
@@ -285,7 +289,7 @@ struct PeerPod<'a> {
 }
 
 impl<'a> PeerPod<'a> {
-    fn new(pod: &'a Pod, node_name: &str) -> Option<Self> {
+    fn new(pod: &'a Pod, node_name: &str, cni_addresses: &BTreeMap<String, Vec<Ipv6Addr>>) -> Option<Self> {
         let spec = pod.spec.as_ref()?;
         if spec.host_network == Some(true) {
             return None;
@@ -298,18 +302,18 @@ impl<'a> PeerPod<'a> {
             Some(ips) if !ips.is_empty() => ips.iter().filter_map(|ip| ipv6(&ip.ip)).collect(),
             _ => status.pod_ip.as_deref().and_then(ipv6).into_iter().collect(),
         };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let local = spec.node_name.as_deref() == Some(node_name);
+        if addresses.is_empty() && local {
+            addresses = cni_addresses.get(&format!("{namespace}/{name}")).cloned().unwrap_or_default();
+        }
         addresses.sort();
         addresses.dedup();
         if addresses.is_empty() {
             return None;
         }
-        Some(PeerPod {
-            pod,
-            namespace: pod.metadata.namespace.as_deref().unwrap_or_default(),
-            name: pod.metadata.name.as_deref().unwrap_or_default(),
-            addresses,
-            local: spec.node_name.as_deref() == Some(node_name),
-        })
+        Some(PeerPod { pod, namespace, name, addresses, local })
     }
 
     fn labels(&self) -> Option<&'a BTreeMap<String, String>> {
@@ -772,7 +776,7 @@ mod tests {
     /// The view for node-a, without node addresses (so no rule from the
     /// node) and with 64:ff9b::/96 as the NAT64 prefix.
     fn view(pods: &[Pod], namespaces: &[Namespace], policies: &[NetworkPolicy]) -> PolicyView {
-        build(NODE, &[], Some(net("64:ff9b::/96")), pods, namespaces, policies)
+        build(NODE, &[], Some(net("64:ff9b::/96")), pods, namespaces, policies, &BTreeMap::new())
     }
 
     fn ingress<'v>(view: &'v PolicyView, address: &str) -> &'v DirectionRules {
@@ -963,7 +967,7 @@ mod tests {
         assert!(view.problems.is_empty(), "{:?}", view.problems);
 
         // Without a NAT64 prefix no IPv4 host is reachable: the blocks match nothing.
-        let view = build(NODE, &[], None, &pods, &[], &[v4]);
+        let view = build(NODE, &[], None, &pods, &[], &[v4], &BTreeMap::new());
         assert_eq!(egress(&view, "fd00:a::1").rules, vec![rule(Peers::Blocks(vec![]), Ports::Any)]);
         assert_eq!(
             messages(&view),
@@ -984,7 +988,7 @@ mod tests {
             ingress(&view, "fd00:a::1").rules,
             vec![rule(Peers::Blocks(vec![block("::/0", &["64:ff9b::c0a8:0/112"])]), Ports::Any)]
         );
-        let view = build(NODE, &[], None, &pods, &[], &[all_but]);
+        let view = build(NODE, &[], None, &pods, &[], &[all_but], &BTreeMap::new());
         assert_eq!(ingress(&view, "fd00:a::1").rules, vec![rule(Peers::Blocks(vec![]), Ports::Any)]);
         assert_eq!(view.problems.len(), 1, "{:?}", view.problems);
     }
@@ -1243,7 +1247,7 @@ mod tests {
                     "ingress": [{ "ports": [{ "port": 80 }] }] }),
         );
         let node = [ip("fd00::a"), ip("2001:db8::a"), ip("fd00::a")];
-        let view = build(NODE, &node, None, &pods, &[], &[both]);
+        let view = build(NODE, &node, None, &pods, &[], &[both], &BTreeMap::new());
         let web = &view.pods[&ip("fd00:a::1")];
         assert_eq!(
             web.ingress.as_ref().unwrap().rules,
@@ -1385,14 +1389,37 @@ mod tests {
         ];
         let node = [ip("fd00::a")];
         let nat64 = Some(net("64:ff9b::/96"));
-        let forward = build(NODE, &node, nat64, &pods, &namespaces, &policies);
-        let backward = build(NODE, &node, nat64, pods.iter().rev(), namespaces.iter().rev(), policies.iter().rev());
+        let forward = build(NODE, &node, nat64, &pods, &namespaces, &policies, &BTreeMap::new());
+        let backward =
+            build(NODE, &node, nat64, pods.iter().rev(), namespaces.iter().rev(), policies.iter().rev(), &BTreeMap::new());
         assert_eq!(forward, backward);
-        assert_eq!(forward, build(NODE, &node, nat64, &pods, &namespaces, &policies));
+        assert_eq!(forward, build(NODE, &node, nat64, &pods, &namespaces, &policies, &BTreeMap::new()));
         assert_eq!(forward.pods.len(), 2);
         assert_eq!(forward.problems.len(), 1, "{:?}", forward.problems);
         // And it survives a round trip through JSON, as the agent may report it.
         let text = serde_json::to_string(&forward).unwrap();
         assert_eq!(serde_json::from_str::<PolicyView>(&text).unwrap(), forward);
+    }
+
+    #[test]
+    fn a_starting_pod_is_isolated_by_the_address_its_cni_gave_it() {
+        // Pending, no address in its status yet: the runtime is still setting it up.
+        let mut starting = plain_pod("default", "web", NODE, "fd00:a::1", json!({ "app": "web" }));
+        starting.status.as_mut().unwrap().pod_ips = None;
+        let elsewhere = {
+            let mut pod = plain_pod("default", "far", "node-b", "fd00:b::1", json!({}));
+            pod.status.as_mut().unwrap().pod_ips = None;
+            pod
+        };
+        let deny = policy("default", "deny", json!({ "podSelector": {}, "policyTypes": ["Ingress"] }));
+        let pods = [starting, elsewhere];
+        assert!(build(NODE, &[], None, &pods, &[], std::slice::from_ref(&deny), &BTreeMap::new()).pods.is_empty());
+        let cni = BTreeMap::from([
+            ("default/web".to_string(), vec![ip("fd00:a::1")]),
+            ("default/far".to_string(), vec![ip("fd00:b::1")]),
+        ]);
+        let view = build(NODE, &[], None, &pods, &[], &[deny], &cni);
+        assert_eq!(view.pods.keys().collect::<Vec<_>>(), [&ip("fd00:a::1")], "only this node's pods are the CNI's");
+        assert_eq!(view.pods[&ip("fd00:a::1")].ingress.as_ref().unwrap().policies, ["default/deny"]);
     }
 }
