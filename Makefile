@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image kubernetes dataplane cluster cluster-down test test-cluster test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-e2e-more test-conformance conformance conformance-services bench clean
+.PHONY: image kubernetes dataplane cluster cluster-down test test-cluster test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-e2e-more test-conformance conformance conformance-services conformance-netpol bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
@@ -83,6 +83,11 @@ test-conformance conformance:
 ## cloud, serial run or feature gate (tests/conformance/run --services).
 conformance-services:
 	tests/conformance/run --services
+
+## Kubernetes' own NetworkPolicy specs ([sig-network] Netpol) against a
+## two-node make cluster (tests/conformance/run --netpol).
+conformance-netpol:
+	tests/conformance/run --netpol
 
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
 ## agent against bpftool, the translator against plain forwarding and tayga,
