@@ -425,6 +425,7 @@ impl Daemon {
         let nat64_prefix = Some(config.nat64.prefix).filter(|p| p.prefix_len() == 96);
         let masquerade = self.shared.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
         let Some(view) = cluster.policies(nat64_prefix, masquerade, &self.endpoints.pod_addresses()) else { return };
+        cluster.report_policies(&view);
         match self.policies.sync(&self.shared.paths.pin_dir, &view, config.policy.mode) {
             Ok(next) => {
                 if next.rewritten > 0 {

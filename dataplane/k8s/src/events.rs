@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Warning Events on the Services this node does not serve as written (an
 //! IPv4 ClusterIP or endpoints, a protocol it does not know, an address
-//! another Service has, endpoints clamped), so `kubectl describe service`
-//! and `kubectl get events` say what `status` and the journal say. Each
+//! another Service has, endpoints clamped) and on the NetworkPolicies it
+//! refuses or clamps part of, so `kubectl describe` and `kubectl get
+//! events` say what `status` and the journal say. Each
 //! problem is published once while it lasts, by one node's agent for the
 //! cluster (the reporting instance is that node; `ClusterWatch::report` says
 //! which); one that goes and comes back is published again.
@@ -12,7 +13,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     runtime::{
         events::{Event, EventType, Recorder, Reporter},
@@ -21,23 +22,38 @@ use kube::{
     Resource,
 };
 
-use crate::{services::ServiceProblem, Settings};
+use crate::Settings;
 
-/// The reason every such Event carries; the note says what and why.
-const REASON: &str = "NotServed";
 const CONTROLLER: &str = "v6node-dataplane";
 
-#[derive(Default)]
-pub struct ServiceEvents {
-    published: Arc<Mutex<BTreeSet<ServiceProblem>>>,
+/// A problem with one object: "namespace/name" and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    pub object: String,
+    pub message: String,
 }
 
-impl ServiceEvents {
+/// The Warning Events of one kind of object: every Event carries `reason`
+/// and `action`, the note says what and why.
+pub struct ProblemEvents {
+    reason: &'static str,
+    action: &'static str,
+    published: Arc<Mutex<BTreeSet<Problem>>>,
+}
+
+impl ProblemEvents {
+    pub fn new(reason: &'static str, action: &'static str) -> Self {
+        ProblemEvents { reason, action, published: Arc::default() }
+    }
+
     /// Publishes, in the background, the problems not published before;
-    /// forgets the ones that are gone. A problem whose Service is not in
-    /// `services` (yet) is left for a later call.
-    pub fn report(&self, settings: &Settings, services: &Store<Service>, problems: &[ServiceProblem]) {
-        let new: Vec<(ServiceProblem, ObjectReference)> = {
+    /// forgets the ones that are gone. A problem whose object is not in
+    /// `objects` (yet) is left for a later call.
+    pub fn report<K>(&self, settings: &Settings, objects: &Store<K>, problems: &[Problem])
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let new: Vec<(Problem, ObjectReference)> = {
             let mut published = self.published.lock().expect("events lock");
             published.retain(|p| problems.contains(p));
             let mut new = Vec::new();
@@ -45,20 +61,20 @@ impl ServiceEvents {
                 if published.contains(problem) {
                     continue;
                 }
-                let Some((namespace, name)) = problem.service.split_once('/') else { continue };
-                let Some(service) = services.get(&ObjectRef::new(name).within(namespace)) else { continue };
+                let Some((namespace, name)) = problem.object.split_once('/') else { continue };
+                let Some(object) = objects.get(&ObjectRef::new(name).within(namespace)) else { continue };
                 published.insert(problem.clone());
-                new.push((problem.clone(), service.object_ref(&())));
+                new.push((problem.clone(), object.object_ref(&())));
             }
             new
         };
         if new.is_empty() {
             return;
         }
-        let (settings, published) = (settings.clone(), self.published.clone());
+        let (settings, published, reason, action) = (settings.clone(), self.published.clone(), self.reason, self.action);
         tokio::spawn(async move {
-            let failed = |problem: &ServiceProblem, why: String| {
-                log::warn!("Kubernetes API: no Event for {} ({}): {why}", problem.service, problem.reason);
+            let failed = |problem: &Problem, why: String| {
+                log::warn!("Kubernetes API: no Event for {} ({}): {why}", problem.object, problem.message);
                 published.lock().expect("events lock").remove(problem);
             };
             let client = match crate::watch::client(&settings.kubeconfig).await {
@@ -73,9 +89,9 @@ impl ServiceEvents {
             for (problem, reference) in new {
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: REASON.into(),
-                    note: Some(format!("node {}: {}", settings.node_name, problem.reason)),
-                    action: "Translate".into(),
+                    reason: reason.into(),
+                    note: Some(format!("node {}: {}", settings.node_name, problem.message)),
+                    action: action.into(),
                     secondary: None,
                 };
                 if let Err(e) = recorder.publish(&event, &reference).await {

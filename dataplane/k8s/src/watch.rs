@@ -32,7 +32,7 @@ use tokio::{sync::watch as signal, task::JoinHandle};
 
 use crate::{
     cluster::ClusterView,
-    events::ServiceEvents,
+    events::{Problem, ProblemEvents},
     policy::PolicyView,
     services::{ServiceProblem, ServicesView},
     Settings,
@@ -136,7 +136,8 @@ pub struct ClusterWatch {
     states: [Arc<Mutex<ApiState>>; WATCHES.len()],
     changes: signal::Receiver<Changes>,
     tasks: Vec<JoinHandle<()>>,
-    events: ServiceEvents,
+    service_events: ProblemEvents,
+    policy_events: ProblemEvents,
 }
 
 impl ClusterWatch {
@@ -171,7 +172,8 @@ impl ClusterWatch {
             states,
             changes,
             tasks,
-            events: ServiceEvents::default(),
+            service_events: ProblemEvents::new("NotServed", "Translate"),
+            policy_events: ProblemEvents::new("NotEnforced", "Enforce"),
         }
     }
 
@@ -286,8 +288,24 @@ impl ClusterWatch {
     /// cluster (`cluster::reporter`). Should it go NotReady or be deleted,
     /// the next one does, publishing what lasts again under its own name.
     pub fn report(&self, problems: &[ServiceProblem]) {
-        let reporting = self.reports_for_the_cluster();
-        self.events.report(&self.settings, &self.services, if reporting { problems } else { &[] });
+        let problems: Vec<Problem> = match self.reports_for_the_cluster() {
+            true => problems.iter().map(|p| Problem { object: p.service.clone(), message: p.reason.clone() }).collect(),
+            false => Vec::new(),
+        };
+        self.service_events.report(&self.settings, &self.services, &problems);
+    }
+
+    /// Warning Events on the NetworkPolicies with these problems, published
+    /// for the cluster by one node as for Services.
+    pub fn report_policies(&self, problems: &[crate::PolicyProblem]) {
+        let problems: Vec<Problem> = match self.reports_for_the_cluster() {
+            true => problems
+                .iter()
+                .map(|p| Problem { object: format!("{}/{}", p.namespace, p.name), message: p.message.clone() })
+                .collect(),
+            false => Vec::new(),
+        };
+        self.policy_events.report(&self.settings, &self.policies, &problems);
     }
 
     fn reports_for_the_cluster(&self) -> bool {
