@@ -38,11 +38,11 @@ pub use generated::{
 };
 pub use generated::{
     v6n_policy_classes as PolicyClasses, v6n_policy_ct_key as PolicyCtKey, v6n_policy_ct_value as PolicyCtValue,
-    v6n_policy_denied_value as PolicyDeniedValue, v6n_policy_direction as PolicyDirection, v6n_policy_peer as PolicyPeer,
-    v6n_policy_peer_key as PolicyPeerKey, v6n_policy_pod as PolicyPod, v6n_policy_port as PolicyPort,
-    v6n_policy_port_key as PolicyPortKey, v6n_policy_rules as PolicyRules, V6N_POLICY_AUDIT as POLICY_AUDIT,
-    V6N_POLICY_CLASSES_MAX as POLICY_CLASSES_MAX, V6N_POLICY_CT_MAX as POLICY_CT_MAX, V6N_POLICY_PEERS_MAX as POLICY_PEERS_MAX,
-    V6N_POLICY_PODS_MAX as POLICY_PODS_MAX, V6N_POLICY_PORTS_MAX as POLICY_PORTS_MAX,
+    v6n_policy_direction as PolicyDirection, v6n_policy_peer as PolicyPeer, v6n_policy_peer_key as PolicyPeerKey,
+    v6n_policy_pod as PolicyPod, v6n_policy_port as PolicyPort, v6n_policy_port_key as PolicyPortKey,
+    v6n_policy_rules as PolicyRules, V6N_POLICY_AUDIT as POLICY_AUDIT, V6N_POLICY_CLASSES_MAX as POLICY_CLASSES_MAX,
+    V6N_POLICY_CT_MAX as POLICY_CT_MAX, V6N_POLICY_PEERS_MAX as POLICY_PEERS_MAX, V6N_POLICY_PODS_MAX as POLICY_PODS_MAX,
+    V6N_POLICY_PORTS_MAX as POLICY_PORTS_MAX,
 };
 
 // SAFETY: plain C structs of integers with explicit padding fields; any bit
@@ -83,7 +83,6 @@ mod pod {
     unsafe impl aya::Pod for PolicyClasses {}
     unsafe impl aya::Pod for PolicyCtKey {}
     unsafe impl aya::Pod for PolicyCtValue {}
-    unsafe impl aya::Pod for PolicyDeniedValue {}
 }
 
 /// Names of the maps userspace opens, as the BPF headers declare them (each

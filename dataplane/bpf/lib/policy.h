@@ -69,7 +69,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, V6N_POLICY_DENIED_MAX);
 	__type(key, __u32);
-	__type(value, struct v6n_policy_denied_value);
+	__type(value, struct v6n_counter_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_policy_denied SEC(".maps");
 
@@ -271,19 +271,6 @@ static __always_inline int v6n_policy_allows(const struct v6n_policy_rules *rule
 	return (peer_classes->classes & classes) != 0;
 }
 
-static __always_inline void v6n_policy_count_denied(__u32 id, __u64 bytes)
-{
-	struct v6n_policy_denied_value *value = bpf_map_lookup_elem(&v6n_policy_denied, &id);
-
-	if (value) {
-		value->packets++;
-		value->bytes += bytes;
-		return;
-	}
-	struct v6n_policy_denied_value first = { .packets = 1, .bytes = bytes };
-	bpf_map_update_elem(&v6n_policy_denied, &id, &first, BPF_NOEXIST);
-}
-
 /*
  * Judges a flow: V6N_REASON_PASS, or the direction's policy drop. A new
  * connection the pod's rules allow (or that no rule isolates) is tracked
@@ -308,7 +295,7 @@ static __noinline enum v6n_reason v6n_policy_judge(struct __sk_buff *skb, const 
 	__u32 id = rules ? rules->id : 0;
 
 	if (id && !v6n_policy_allows(rules, flow)) {
-		v6n_policy_count_denied(id, skb->len);
+		v6n_count(&v6n_policy_denied, &id, skb->len);
 		if (!(rules->flags & V6N_POLICY_AUDIT))
 			return ingress ? V6N_REASON_DROP_POLICY_INGRESS : V6N_REASON_DROP_POLICY_EGRESS;
 		/* Audited: counted apart from the packet's own verdict, not

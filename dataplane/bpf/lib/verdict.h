@@ -19,19 +19,14 @@
 #include "maps.h"
 
 /*
- * Counts one packet (or socket call) of `bytes` under (device, direction,
- * reason). The first of a slot inserts it; BPF_NOEXIST keeps a concurrent
- * first insert on another CPU from being overwritten (per-CPU values make
- * the later add race-free).
+ * Adds one packet of `bytes` to the per-CPU {packets, bytes} counter under
+ * `key` in `map`. The first of a slot inserts it; BPF_NOEXIST keeps a
+ * concurrent first insert on another CPU from being overwritten (per-CPU
+ * values make the later add race-free).
  */
-static __always_inline void v6n_record(__u32 ifindex, __u8 direction, __u8 reason, __u64 bytes)
+static __always_inline void v6n_count(void *map, const void *key, __u64 bytes)
 {
-	struct v6n_counter_key key = {
-		.ifindex = ifindex,
-		.direction = direction,
-		.reason = reason,
-	};
-	struct v6n_counter_value *value = bpf_map_lookup_elem(&v6n_counters, &key);
+	struct v6n_counter_value *value = bpf_map_lookup_elem(map, key);
 
 	if (value) {
 		value->packets++;
@@ -39,14 +34,26 @@ static __always_inline void v6n_record(__u32 ifindex, __u8 direction, __u8 reaso
 		return;
 	}
 	struct v6n_counter_value first = { .packets = 1, .bytes = bytes };
-	if (bpf_map_update_elem(&v6n_counters, &key, &first, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(map, key, &first, BPF_NOEXIST) == 0)
 		return;
 	/* Lost the insert race on this CPU's slot: the slot now exists. */
-	value = bpf_map_lookup_elem(&v6n_counters, &key);
+	value = bpf_map_lookup_elem(map, key);
 	if (value) {
 		value->packets++;
 		value->bytes += bytes;
 	}
+}
+
+/* Counts one packet (or socket call) of `bytes` under (device, direction, reason). */
+static __always_inline void v6n_record(__u32 ifindex, __u8 direction, __u8 reason, __u64 bytes)
+{
+	struct v6n_counter_key key = {
+		.ifindex = ifindex,
+		.direction = direction,
+		.reason = reason,
+	};
+
+	v6n_count(&v6n_counters, &key, bytes);
 }
 
 /* A tc program's exit: records `reason` for the packet, returns `action`. */

@@ -22,9 +22,7 @@ use aya::maps::{
     HashMap as BpfHashMap, MapData, PerCpuHashMap,
 };
 use serde::{Deserialize, Serialize};
-use v6node_abi::{
-    maps, EndpointKey, PolicyClasses, PolicyDeniedValue, PolicyPeer, PolicyPod, PolicyPort, PolicyRules, POLICY_AUDIT,
-};
+use v6node_abi::{maps, CounterValue, EndpointKey, PolicyClasses, PolicyPeer, PolicyPod, PolicyPort, PolicyRules, POLICY_AUDIT};
 use v6node_config::PolicyMode;
 use v6node_k8s::policy::{
     classes::{self, CompiledRules},
@@ -88,7 +86,7 @@ struct Tables {
     pods: BpfHashMap<MapData, EndpointKey, PolicyPod>,
     peers: LpmTrie<MapData, PolicyPeer, PolicyClasses>,
     ports: LpmTrie<MapData, PolicyPort, PolicyClasses>,
-    denied: PerCpuHashMap<MapData, u32, PolicyDeniedValue>,
+    denied: PerCpuHashMap<MapData, u32, CounterValue>,
 }
 
 impl Tables {
@@ -337,7 +335,7 @@ impl PolicyTables {
 
 /// Packets each rules id denied, live from the kernel (for `status` and metrics).
 pub fn denied_by_id(pin_dir: &Path) -> BTreeMap<u32, u64> {
-    let Ok(map) = bpf::open_pinned_map::<PerCpuHashMap<MapData, u32, PolicyDeniedValue>>(pin_dir, maps::POLICY_DENIED) else {
+    let Ok(map) = bpf::open_pinned_map::<PerCpuHashMap<MapData, u32, CounterValue>>(pin_dir, maps::POLICY_DENIED) else {
         return BTreeMap::new();
     };
     map.iter().filter_map(Result::ok).map(|(id, per_cpu)| (id, per_cpu.iter().map(|v| v.packets).sum())).collect()

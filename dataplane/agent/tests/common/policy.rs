@@ -10,7 +10,7 @@ use aya::{
     Ebpf,
 };
 use v6node_abi::{
-    maps, EndpointKey, PolicyClasses, PolicyDeniedValue, PolicyDirection, PolicyPeer, PolicyPod, PolicyPort, POLICY_AUDIT,
+    maps, CounterValue, EndpointKey, PolicyClasses, PolicyDirection, PolicyPeer, PolicyPod, PolicyPort, POLICY_AUDIT,
 };
 use v6node_k8s::policy::{classes, DirectionRules};
 
@@ -47,7 +47,7 @@ pub fn set_rules(ebpf: &mut Ebpf, pod: Ipv6Addr, direction: PolicyDirection, id:
 
 /// Packets the rules `id` denied (or, audited, would have).
 pub fn denied(ebpf: &Ebpf, id: u32) -> u64 {
-    let map: PerCpuHashMap<&MapData, u32, PolicyDeniedValue> =
+    let map: PerCpuHashMap<&MapData, u32, CounterValue> =
         PerCpuHashMap::try_from(ebpf.map(maps::POLICY_DENIED).unwrap()).unwrap();
     map.get(&id, 0).map(|per_cpu| per_cpu.iter().map(|v| v.packets).sum()).unwrap_or(0)
 }

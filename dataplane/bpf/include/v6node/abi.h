@@ -520,11 +520,8 @@ struct v6n_policy_ct_value {
 	__u32 flags; /* V6N_CT_CLOSING after a FIN or RST */
 };
 
-/* v6n_policy_denied: per-CPU hash, by rules id: what they denied. */
-struct v6n_policy_denied_value {
-	__u64 packets;
-	__u64 bytes;
-};
+/* v6n_policy_denied: per-CPU hash, by rules id (__u32), of struct
+ * v6n_counter_value: what the rules denied. */
 
 #define V6N_POLICY_CLASSES_MAX 64
 #define V6N_POLICY_PODS_MAX 65536
