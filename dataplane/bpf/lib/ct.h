@@ -120,17 +120,17 @@ static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *f
 	return 0;
 }
 
-/* How long `entry` outlives its last packet: the one rule of every stateful
- * table, each with its own lifetimes (the agent's sweeps read them alike). */
-static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_lifetimes *lifetimes,
-						const struct v6n_ct_value *entry, __u8 proto)
+/* How long an entry with `flags` (V6N_CT_*) outlives its last packet: the
+ * one rule of every stateful table, each with its own lifetimes (the
+ * agent's sweeps read them alike). */
+static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_lifetimes *lifetimes, __u8 flags, __u8 proto)
 {
 	__u32 seconds = lifetimes->icmp_seconds;
 
 	if (proto == IPPROTO_TCP) {
-		if (entry->flags & V6N_CT_CLOSING)
+		if (flags & V6N_CT_CLOSING)
 			seconds = lifetimes->tcp_closing_seconds;
-		else if ((entry->flags & (V6N_CT_ESTABLISHED | V6N_CT_RESET)) == V6N_CT_ESTABLISHED)
+		else if ((flags & (V6N_CT_ESTABLISHED | V6N_CT_RESET)) == V6N_CT_ESTABLISHED)
 			seconds = lifetimes->tcp_established_seconds;
 		else
 			seconds = lifetimes->tcp_transitory_seconds;
@@ -144,7 +144,7 @@ static __always_inline __u64 v6n_ct_lifetime_ns(const struct v6n_ct_lifetimes *l
 static __always_inline int v6n_ct_expired(const struct v6n_ct_lifetimes *lifetimes, const struct v6n_ct_value *entry,
 					  __u8 proto, __u64 now)
 {
-	return now - entry->last_seen_ns > v6n_ct_lifetime_ns(lifetimes, entry, proto);
+	return now - entry->last_seen_ns > v6n_ct_lifetime_ns(lifetimes, entry->flags, proto);
 }
 
 /* NodePort's entries (v6n_ct): TCP kept as long as kube-proxy keeps it. */
@@ -155,16 +155,23 @@ static __always_inline int v6n_ct_expired(const struct v6n_ct_lifetimes *lifetim
 		.tcp_closing_seconds = V6N_CT_CLOSING_SECONDS,                                    \
 	}
 
-/* Whether NodePort's `entry` has outlived its lifetime at `now`. */
-static __always_inline int v6n_ct_service_expired(const struct v6n_ct_value *entry, __u8 proto, __u64 now)
+/* How long a connection of a Service (v6n_ct), or one policy let through
+ * (v6n_policy_ct), outlives its last packet with `flags`. */
+static __always_inline __u64 v6n_ct_service_lifetime_ns(__u8 flags, __u8 proto)
 {
 	const struct v6n_ct_lifetimes lifetimes = V6N_CT_SERVICE_LIFETIMES;
 
 	/* An SCTP association lives as long as established TCP: its
 	 * heartbeats (every 30 s by default) keep it. */
 	if (proto == IPPROTO_SCTP)
-		return now - entry->last_seen_ns > V6N_CT_TCP_SECONDS * V6N_NS_PER_SECOND;
-	return v6n_ct_expired(&lifetimes, entry, proto, now);
+		return V6N_CT_TCP_SECONDS * V6N_NS_PER_SECOND;
+	return v6n_ct_lifetime_ns(&lifetimes, flags, proto);
+}
+
+/* Whether NodePort's `entry` has outlived its lifetime at `now`. */
+static __always_inline int v6n_ct_service_expired(const struct v6n_ct_value *entry, __u8 proto, __u64 now)
+{
+	return now - entry->last_seen_ns > v6n_ct_service_lifetime_ns(entry->flags, proto);
 }
 
 /* The live entry for `flow`, or NULL (none, or its lifetime is over). */

@@ -218,13 +218,10 @@ static __always_inline void v6n_policy_reply_key(struct v6n_policy_ct_key *reply
 	reply->pad[0] = reply->pad[1] = 0;
 }
 
+/* A connection policy let through lives as a Service's does (lib/ct.h). */
 static __always_inline int v6n_policy_ct_expired(const struct v6n_policy_ct_value *entry, __u8 protocol, __u64 now)
 {
-	__u64 seconds = V6N_CT_UDP_SECONDS;
-
-	if (protocol == IPPROTO_TCP || protocol == IPPROTO_SCTP)
-		seconds = entry->flags & V6N_CT_CLOSING ? V6N_CT_CLOSING_SECONDS : V6N_CT_TCP_SECONDS;
-	return now - entry->last_seen_ns > seconds * V6N_NS_PER_SECOND;
+	return now - entry->last_seen_ns > v6n_ct_service_lifetime_ns(entry->flags, protocol);
 }
 
 /* Whether the flow belongs to a connection policy let through already. */
