@@ -7,7 +7,8 @@
 //! deleted: a packet meets the old rules or the new ones, never a mix, and
 //! what both allow is never dropped. Rules that cannot be compiled or
 //! written (more port sets than classes, a full table) leave the pod with
-//! its last good rules, the reason in `status`.
+//! its last good rules, the reason in `status`; a pod that has none yet is
+//! isolated with no rule (it fails closed).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -207,9 +208,14 @@ impl PolicyTables {
                 };
                 let compiled = match classes::compile(rules) {
                     Ok(compiled) => compiled,
+                    // Last good rules stay; a pod that has none yet is
+                    // isolated with none: fail closed, never open.
                     Err(e) => {
                         errors[d] = Some(e);
-                        continue;
+                        if before[d].is_some() {
+                            continue;
+                        }
+                        CompiledRules::default()
                     }
                 };
                 if before[d].as_ref().is_some_and(|w| w.compiled == compiled && w.flags == flags) {
