@@ -214,7 +214,7 @@ pub fn render(paths: &Paths, state: &State) -> String {
                     escape(&pod.pod),
                     escape(&rules.policies.join(",")),
                     policy.mode,
-                    rules.denied_before + denied.get(&rules.id).copied().unwrap_or(0)
+                    rules.denied(&denied)
                 );
             }
         }

@@ -549,7 +549,7 @@ fn policy_section(out: &mut String, status: &Status) {
     for pod in &p.pods {
         for (direction, state) in [("ingress", &pod.ingress), ("egress", &pod.egress)] {
             let Some(state) = state else { continue };
-            let denied = state.denied_before + policy.denied.get(&state.id).copied().unwrap_or(0);
+            let denied = state.denied(&policy.denied);
             rows.push(vec![
                 pod.pod.clone(),
                 pod.address.to_string(),

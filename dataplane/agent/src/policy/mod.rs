@@ -52,6 +52,14 @@ pub struct DirectionState {
     pub error: Option<String>,
 }
 
+impl DirectionState {
+    /// Packets these rules, and the ids before them, denied: `live` is
+    /// `denied_by_id`'s reading of the kernel's counts.
+    pub fn denied(&self, live: &BTreeMap<u32, u64>) -> u64 {
+        self.denied_before + live.get(&self.id).copied().unwrap_or(0)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PodState {
     pub address: Ipv6Addr,
