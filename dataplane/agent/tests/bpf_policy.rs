@@ -17,7 +17,7 @@ use common::{
 };
 use etherparse::PacketBuilder;
 use v6node_abi::{Direction, PolicyDirection, Reason};
-use v6node_k8s::policy::{Block, DirectionRules, Peers, PortRange, Ports, Rule};
+use v6node_k8s::policy::{Action, Block, DirectionRules, Peers, PortRange, Ports, Rule, TierRule};
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;
@@ -68,7 +68,7 @@ fn only(peer: Ipv6Addr) -> Peers {
 }
 
 fn rules(rules: Vec<Rule>) -> DirectionRules {
-    DirectionRules { policies: vec!["default/test".into()], rules }
+    DirectionRules { policies: vec!["default/test".into()], isolated: true, rules, ..DirectionRules::default() }
 }
 
 fn deny_all() -> DirectionRules {
@@ -245,5 +245,79 @@ fn egress_rules_judge_the_destination_and_its_port() {
     assert_eq!(verdict(tcp(POD_A, 40000, POD_B, 53)), TC_ACT_SHOT, "TCP 53 is not allowed");
     assert_eq!(verdict(echo(POD_A, REMOTE, true)), TC_ACT_REDIRECT, "no ports: every protocol");
     assert_eq!(verdict(tcp(POD_A, 40001, OUTSIDE, 443)), TC_ACT_SHOT);
+    assert_eq!(node.counted(Direction::V6N_DIRECTION_FROM_POD, Reason::V6N_REASON_DROP_POLICY_EGRESS), 2);
+}
+
+fn tier_rule(action: Action, peers: Peers, ports: Ports) -> TierRule {
+    TierRule { action, rule: Rule { peers, ports } }
+}
+
+#[test]
+fn cluster_policy_tiers_decide_in_order_and_a_pass_hands_over_to_network_policies() {
+    let mut node = Node::new("policy-tiers", 0);
+    // B's ingress: the Admin tier denies A on 22 and passes A on anything
+    // else to the NetworkPolicies, which allow A on 8080 only; everyone
+    // else meets the Baseline tier's Deny... except that the NetworkPolicy
+    // decides for B: the Baseline never applies to it.
+    let admin = vec![
+        tier_rule(Action::Deny, only(POD_A), tcp_ports(22, 22)),
+        tier_rule(Action::Pass, only(POD_A), Ports::Any),
+        tier_rule(Action::Accept, Peers::Any, tcp_ports(443, 443)),
+    ];
+    let isolated = DirectionRules {
+        policies: vec!["Admin:a".into(), "default/np".into()],
+        admin: admin.clone(),
+        isolated: true,
+        rules: vec![Rule { peers: only(POD_A), ports: tcp_ports(8080, 8080) }],
+        baseline: vec![tier_rule(Action::Accept, Peers::Any, Ports::Any)],
+    };
+    set_rules(&mut node.pod, POD_B, INGRESS, 7, &isolated, false);
+    let to_b =
+        |node: &Node, src: Ipv6Addr, sport: u16, dport: u16| node.to_pod(&tcp(src, sport, POD_B, dport), node.host_b).verdict;
+    assert_eq!(to_b(&node, POD_A, 40000, 22), TC_ACT_SHOT, "the Admin Deny");
+    assert_eq!(to_b(&node, POD_A, 40001, 8080), TC_ACT_UNSPEC, "passed on, allowed by the NetworkPolicy");
+    assert_eq!(to_b(&node, POD_A, 40002, 443), TC_ACT_SHOT, "passed on before the Admin Accept; no NetworkPolicy rule");
+    assert_eq!(to_b(&node, OUTSIDE, 40003, 443), TC_ACT_UNSPEC, "the Admin Accept");
+    assert_eq!(to_b(&node, OUTSIDE, 40004, 80), TC_ACT_SHOT, "the NetworkPolicy's deny, not the Baseline Accept");
+    assert_eq!(denied(&node.pod, 7), 3);
+
+    // Without a NetworkPolicy: the Baseline tier decides what the Admin tier passed or left.
+    let baseline = DirectionRules {
+        policies: vec!["Admin:a".into(), "Baseline:b".into()],
+        admin,
+        baseline: vec![
+            tier_rule(
+                Action::Pass,
+                Peers::Blocks(vec![Block { net: "2001:db8:99::/48".parse().unwrap(), except: vec![] }]),
+                Ports::Any,
+            ),
+            tier_rule(Action::Deny, Peers::Any, Ports::Any),
+        ],
+        ..DirectionRules::default()
+    };
+    set_rules(&mut node.pod, POD_B, INGRESS, 8, &baseline, false);
+    assert_eq!(to_b(&node, POD_A, 40010, 8080), TC_ACT_SHOT, "passed by Admin, denied by the Baseline");
+    assert_eq!(to_b(&node, OUTSIDE, 40011, 80), TC_ACT_UNSPEC, "a Baseline Pass: nothing denies it");
+    assert_eq!(to_b(&node, ROUTER, 40012, 80), TC_ACT_SHOT, "the Baseline Deny");
+    assert_eq!(to_b(&node, ROUTER, 40013, 443), TC_ACT_UNSPEC, "the Admin Accept first");
+    assert_eq!(denied(&node.pod, 8), 2);
+    assert_eq!(node.counted(Direction::V6N_DIRECTION_TO_POD, Reason::V6N_REASON_DROP_POLICY_INGRESS), 5);
+}
+
+#[test]
+fn cluster_policy_egress_rules_judge_the_destination() {
+    let mut node = Node::new("policy-tiers-egress", 0);
+    let rules = DirectionRules {
+        policies: vec!["Admin:egress".into()],
+        admin: vec![
+            tier_rule(Action::Accept, only(REMOTE), Ports::Ranges(vec![PortRange { protocol: UDP, first: 53, last: 53 }])),
+            tier_rule(Action::Deny, Peers::Blocks(vec![Block { net: "::/0".parse().unwrap(), except: vec![] }]), Ports::Any),
+        ],
+        ..DirectionRules::default()
+    };
+    set_rules(&mut node.pod, POD_A, EGRESS, 3, &rules, false);
+    assert_eq!(node.sent_by_pod(&udp(POD_A, 40000, REMOTE, 53), node.host_a).verdict, TC_ACT_REDIRECT);
+    assert_eq!(node.sent_by_pod(&tcp(POD_A, 40001, REMOTE, 53), node.host_a).verdict, TC_ACT_SHOT, "TCP is not UDP");
+    assert_eq!(node.sent_by_pod(&echo(POD_A, POD_B, true), node.host_a).verdict, TC_ACT_SHOT, "ICMPv6 too");
     assert_eq!(node.counted(Direction::V6N_DIRECTION_FROM_POD, Reason::V6N_REASON_DROP_POLICY_EGRESS), 2);
 }

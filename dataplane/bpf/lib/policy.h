@@ -243,9 +243,9 @@ static __always_inline int v6n_policy_known(const struct v6n_policy_flow *flow, 
 	return 1;
 }
 
-/* Whether the rules `id` allow the flow's peer on its port: the peer's
- * classes (longest prefix) against the port's and the direction's
- * any-port classes. */
+/* Whether the rules allow the flow: its matching classes are the peer's
+ * (longest prefix) and the port's or the any-port ones; the lowest decides
+ * (abi.h, "Network policy"). */
 static __always_inline int v6n_policy_allows(const struct v6n_policy_rules *rules, const struct v6n_policy_flow *flow)
 {
 	struct v6n_policy_peer_key peer = { .prefixlen = 32 + 128, .peer.id = bpf_htonl(rules->id) };
@@ -253,7 +253,7 @@ static __always_inline int v6n_policy_allows(const struct v6n_policy_rules *rule
 	__builtin_memcpy(peer.peer.addr, flow->key.direction == V6N_POLICY_INGRESS ? flow->key.saddr : flow->key.daddr, 16);
 	struct v6n_policy_classes *peer_classes = bpf_map_lookup_elem(&v6n_policy_peers, &peer);
 	if (!peer_classes)
-		return 0;
+		return 1;
 	__u64 classes = rules->any_port_classes;
 	__u8 protocol = flow->key.protocol;
 	if (protocol == IPPROTO_TCP || protocol == IPPROTO_UDP || protocol == IPPROTO_SCTP) {
@@ -265,7 +265,13 @@ static __always_inline int v6n_policy_allows(const struct v6n_policy_rules *rule
 		if (port_classes)
 			classes |= port_classes->classes;
 	}
-	return (peer_classes->classes & classes) != 0;
+	__u64 matching = peer_classes->classes & classes;
+	__u64 first = matching & -matching;
+	if (first & rules->pass_classes & rules->admin_classes) {
+		matching &= ~rules->admin_classes;
+		first = matching & -matching;
+	}
+	return !first || (first & (rules->accept_classes | rules->pass_classes));
 }
 
 /*

@@ -26,7 +26,8 @@ use crate::Settings;
 
 const CONTROLLER: &str = "v6node-dataplane";
 
-/// A problem with one object: "namespace/name" and what is wrong.
+/// A problem with one object: "namespace/name" (a cluster-wide object's
+/// "name") and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Problem {
     pub object: String,
@@ -61,8 +62,12 @@ impl ProblemEvents {
                 if published.contains(problem) {
                     continue;
                 }
-                let Some((namespace, name)) = problem.object.split_once('/') else { continue };
-                let Some(object) = objects.get(&ObjectRef::new(name).within(namespace)) else { continue };
+                // "namespace/name", or a cluster-wide object's "name".
+                let reference = match problem.object.split_once('/') {
+                    Some((namespace, name)) => ObjectRef::new(name).within(namespace),
+                    None => ObjectRef::new(&problem.object),
+                };
+                let Some(object) = objects.get(&reference) else { continue };
                 published.insert(problem.clone());
                 new.push((problem.clone(), object.object_ref(&())));
             }

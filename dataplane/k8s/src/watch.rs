@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Follows the cluster's Nodes, Services and EndpointSlices, and Pods,
-//! Namespaces and NetworkPolicies for network policy, into reflector
-//! stores (one watch each), and says when a store changed. The API connection is rebuilt from the kubeconfig after
+//! Namespaces, NetworkPolicies and ClusterNetworkPolicies for network
+//! policy, into reflector stores (one watch each), and says when a store
+//! changed. A cluster without the ClusterNetworkPolicy CRD is one without
+//! such policies: that watch counts as synced and empty, and looks again. The API connection is rebuilt from the kubeconfig after
 //! every failure, so a rotated credential (a new token or client certificate
 //! in the files the kubeconfig names) and a restarted API server are taken up
 //! without a restart of the agent. The store keeps its last complete list
@@ -33,7 +35,7 @@ use tokio::{sync::watch as signal, task::JoinHandle};
 use crate::{
     cluster::ClusterView,
     events::{Problem, ProblemEvents},
-    policy::PolicyView,
+    policy::{ClusterNetworkPolicy, PolicyView},
     services::{ServiceProblem, ServicesView},
     Settings,
 };
@@ -47,7 +49,7 @@ pub struct Changes {
     pub nodes: u64,
     /// The Service and EndpointSlice stores.
     pub services: u64,
-    /// The Pod, Namespace and NetworkPolicy stores.
+    /// The Pod, Namespace, NetworkPolicy and ClusterNetworkPolicy stores.
     pub policies: u64,
 }
 
@@ -132,12 +134,14 @@ pub struct ClusterWatch {
     pods: Store<Pod>,
     namespaces: Store<Namespace>,
     policies: Store<NetworkPolicy>,
+    cluster_policies: Store<ClusterNetworkPolicy>,
     /// Each watch reports its own, in the order of `WATCHES`.
     states: [Arc<Mutex<ApiState>>; WATCHES.len()],
     changes: signal::Receiver<Changes>,
     tasks: Vec<JoinHandle<()>>,
     service_events: ProblemEvents,
     policy_events: ProblemEvents,
+    cluster_policy_events: ProblemEvents,
 }
 
 impl ClusterWatch {
@@ -149,6 +153,7 @@ impl ClusterWatch {
         let (pods, pod_writer) = reflector::store();
         let (namespaces, namespace_writer) = reflector::store();
         let (policies, policy_writer) = reflector::store();
+        let (cluster_policies, cluster_policy_writer) = reflector::store();
         let state = || Arc::new(Mutex::new(ApiState { kubeconfig: settings.kubeconfig.clone(), ..ApiState::default() }));
         let states = WATCHES.map(|_| state());
         let (notify, changes) = signal::channel(Changes::default());
@@ -160,6 +165,7 @@ impl ClusterWatch {
             tokio::spawn(follow_into(args(PODS, Kind::Policies), pod_writer)),
             tokio::spawn(follow_into(args(NAMESPACES, Kind::Policies), namespace_writer)),
             tokio::spawn(follow_into(args(NETWORK_POLICIES, Kind::Policies), policy_writer)),
+            tokio::spawn(follow_into(args(CLUSTER_NETWORK_POLICIES, Kind::Policies), cluster_policy_writer)),
         ];
         ClusterWatch {
             settings,
@@ -169,11 +175,13 @@ impl ClusterWatch {
             pods,
             namespaces,
             policies,
+            cluster_policies,
             states,
             changes,
             tasks,
             service_events: ProblemEvents::new("NotServed", "Translate"),
             policy_events: ProblemEvents::new("NotEnforced", "Enforce"),
+            cluster_policy_events: ProblemEvents::new("NotEnforced", "Enforce"),
         }
     }
 
@@ -265,21 +273,28 @@ impl ClusterWatch {
         masquerade: Option<std::net::Ipv6Addr>,
         cni_addresses: &std::collections::BTreeMap<String, Vec<std::net::Ipv6Addr>>,
     ) -> Option<PolicyView> {
-        if ![NODES, PODS, NAMESPACES, NETWORK_POLICIES].iter().all(|&w| self.synced(w)) {
+        if ![NODES, PODS, NAMESPACES, NETWORK_POLICIES, CLUSTER_NETWORK_POLICIES].iter().all(|&w| self.synced(w)) {
             return None;
         }
-        let (pods, namespaces, policies) = (self.pods.state(), self.namespaces.state(), self.policies.state());
+        let (pods, namespaces, nodes) = (self.pods.state(), self.namespaces.state(), self.nodes.state());
+        let (policies, cluster_policies) = (self.policies.state(), self.cluster_policies.state());
         let mut node_addresses = self.own_addresses();
         node_addresses.extend(masquerade);
-        Some(crate::policy::build(
-            &self.settings.node_name,
-            &node_addresses,
-            nat64_prefix,
-            pods.iter().map(|p| p.as_ref()),
-            namespaces.iter().map(|n| n.as_ref()),
-            policies.iter().map(|p| p.as_ref()),
-            cni_addresses,
-        ))
+        let (pods, namespaces, nodes): (Vec<&Pod>, Vec<&Namespace>, Vec<&Node>) = (
+            pods.iter().map(|p| p.as_ref()).collect(),
+            namespaces.iter().map(|n| n.as_ref()).collect(),
+            nodes.iter().map(|n| n.as_ref()).collect(),
+        );
+        let policies: Vec<&NetworkPolicy> = policies.iter().map(|p| p.as_ref()).collect();
+        let cluster_policies: Vec<&ClusterNetworkPolicy> = cluster_policies.iter().map(|p| p.as_ref()).collect();
+        let objects = crate::policy::Objects {
+            pods: &pods,
+            namespaces: &namespaces,
+            nodes: &nodes,
+            policies: &policies,
+            cluster_policies: &cluster_policies,
+        };
+        Some(crate::policy::build(&self.settings.node_name, &node_addresses, nat64_prefix, objects, cni_addresses))
     }
 
     /// Warning Events on the Services with these problems (see `events`).
@@ -295,17 +310,26 @@ impl ClusterWatch {
         self.service_events.report(&self.settings, &self.services, &problems);
     }
 
-    /// Warning Events on the NetworkPolicies with these problems, published
-    /// for the cluster by one node as for Services.
+    /// Warning Events on the NetworkPolicies and ClusterNetworkPolicies
+    /// (those without a namespace) with these problems, published for the
+    /// cluster by one node as for Services.
     pub fn report_policies(&self, problems: &[crate::PolicyProblem]) {
-        let problems: Vec<Problem> = match self.reports_for_the_cluster() {
-            true => problems
-                .iter()
-                .map(|p| Problem { object: format!("{}/{}", p.namespace, p.name), message: p.message.clone() })
-                .collect(),
-            false => Vec::new(),
+        let problems = match self.reports_for_the_cluster() {
+            true => problems,
+            false => &[],
         };
-        self.policy_events.report(&self.settings, &self.policies, &problems);
+        let (cluster_wide, namespaced): (Vec<_>, Vec<_>) = problems.iter().partition(|p| p.namespace.is_empty());
+        let events = |problems: Vec<&crate::PolicyProblem>| -> Vec<Problem> {
+            problems
+                .into_iter()
+                .map(|p| Problem {
+                    object: if p.namespace.is_empty() { p.name.clone() } else { format!("{}/{}", p.namespace, p.name) },
+                    message: p.message.clone(),
+                })
+                .collect()
+        };
+        self.policy_events.report(&self.settings, &self.policies, &events(namespaced));
+        self.cluster_policy_events.report(&self.settings, &self.cluster_policies, &events(cluster_wide));
     }
 
     fn reports_for_the_cluster(&self) -> bool {
@@ -323,13 +347,18 @@ impl Drop for ClusterWatch {
 }
 
 /// The watches, by their index in `ClusterWatch::states`.
-const WATCHES: [&str; 6] = ["nodes", "services", "endpointslices", "pods", "namespaces", "networkpolicies"];
+const WATCHES: [&str; 7] =
+    ["nodes", "services", "endpointslices", "pods", "namespaces", "networkpolicies", "clusternetworkpolicies"];
 const NODES: usize = 0;
 const SERVICES: usize = 1;
 const ENDPOINT_SLICES: usize = 2;
 const PODS: usize = 3;
 const NAMESPACES: usize = 4;
 const NETWORK_POLICIES: usize = 5;
+const CLUSTER_NETWORK_POLICIES: usize = 6;
+/// How often a watch whose resource the API server does not serve (a CRD
+/// not installed) looks again.
+const ABSENT_POLL: Duration = Duration::from_secs(10);
 
 type Follow = (Settings, &'static str, Kind, Arc<Mutex<ApiState>>, signal::Sender<Changes>);
 
@@ -399,12 +428,33 @@ async fn follow<K>(
                             }
                             notify.send_modify(|c| c.bump(kind));
                         }
+                        // A path the API server does not serve answers 404 with a plain-text body.
+                        Some(Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))) if status.code == 404 => {
+                            break String::new();
+                        }
                         Some(Err(e)) => break format!("watching {what} at {server}: {e}"),
                         None => break format!("the watch on {server} ended"),
                     }
                 }
             }
         };
+        if reason.is_empty() {
+            // Not served (a CRD not installed): none of these objects exist.
+            if last_reason != "absent" {
+                log::info!("Kubernetes API: {what} are not served (their CRD is not installed); none apply until it is");
+                last_reason = "absent".into();
+            }
+            writer.apply_watcher_event(&watcher::Event::Init);
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            update(&|s| {
+                s.connected = true;
+                s.synced = true;
+                s.error = None;
+            });
+            notify.send_modify(|c| c.bump(kind));
+            tokio::time::sleep(ABSENT_POLL).await;
+            continue;
+        }
         // The same failure again and again is said once.
         if reason != last_reason {
             log::warn!("Kubernetes API: {reason}; retrying with backoff (up to {} s)", BACKOFF_MAX.as_secs());

@@ -223,7 +223,7 @@ impl PolicyTables {
                         if before[d].is_some() {
                             continue;
                         }
-                        CompiledRules::default()
+                        classes::deny_all()
                     }
                 };
                 if before[d].as_ref().is_some_and(|w| w.compiled == compiled && w.flags == flags) {
@@ -240,13 +240,8 @@ impl PolicyTables {
             }
             if after != before {
                 let entry = PolicyPod {
-                    direction: [0, 1].map(|d| {
-                        after[d].as_ref().map_or(PolicyRules::default(), |w| PolicyRules {
-                            id: w.id,
-                            flags: w.flags,
-                            any_port_classes: w.compiled.any_port_classes,
-                        })
-                    }),
+                    direction: [0, 1]
+                        .map(|d| after[d].as_ref().map_or(PolicyRules::default(), |w| w.compiled.pod_entry(w.id, w.flags))),
                 };
                 let key = EndpointKey { addr: address.octets() };
                 let switched = if after.iter().all(Option::is_none) {

@@ -38,10 +38,7 @@ pub fn set_rules(ebpf: &mut Ebpf, pod: Ipv6Addr, direction: PolicyDirection, id:
         HashMap::try_from(ebpf.map_mut(maps::POLICY_PODS).unwrap()).unwrap();
     let key = EndpointKey { addr: pod.octets() };
     let mut value = pods.get(&key, 0).unwrap_or_default();
-    let slot = &mut value.direction[direction as usize];
-    slot.id = id;
-    slot.flags = if audit { POLICY_AUDIT } else { 0 };
-    slot.any_port_classes = compiled.any_port_classes;
+    value.direction[direction as usize] = compiled.pod_entry(id, if audit { POLICY_AUDIT } else { 0 });
     pods.insert(key, value, 0).unwrap();
 }
 

@@ -439,22 +439,28 @@ struct v6n_nat46_frontend {
 #define V6N_NAT46_STATE_MAX 1048576
 
 /*
- * Network policy (lib/policy.h). The agent compiles the policies that
- * select each pod of this node, for each direction, into:
+ * Network policy (lib/policy.h). The agent compiles what applies to each
+ * pod of this node, for each direction, into one ordered list of rules:
+ * ClusterNetworkPolicies' Admin tier by priority, then the NetworkPolicies
+ * (when any selects the pod: their rules, then "deny the rest"), then the
+ * Baseline tier. Consecutive rules with one action form a group; within a
+ * group each distinct set of ports is a class, one bit of 64, numbered in
+ * precedence order, so the lowest bit set is the rule that decides.
  *   v6n_policy_pods: the pod's address -> for each direction the id of its
- *     compiled rules (0: not isolated, everything allowed) and flags.
- *   v6n_policy_peers: LPM trie of (id, peer prefix) -> the port classes a
- *     peer in that prefix may use. The agent writes each prefix with the
- *     classes of every rule whose peers contain all of it, excepts applied,
- *     so the longest match alone answers.
- *   v6n_policy_ports: LPM trie of (id, protocol, port prefix) -> the classes
- *     that contain the port; a class is one distinct set of ports of the
- *     pod's rules (at most 64 a direction).
- * A new connection is allowed when peer classes & (port classes | the
- * direction's any_port_classes) is not zero: three lookups whatever the
- * number of rules. A changed policy gets a new id: its entries are written
- * first, then the pod's entry is switched to it in one update, then the old
- * id's entries are deleted, so a packet sees the old rules or the new ones.
+ *     compiled rules (0: nothing applies, everything allowed), flags and
+ *     which classes accept, pass, and belong to the Admin tier.
+ *   v6n_policy_peers: LPM trie of (id, peer prefix) -> the classes whose
+ *     rules' peers contain all of the prefix, excepts applied, so the
+ *     longest match alone answers.
+ *   v6n_policy_ports: LPM trie of (id, protocol, port prefix) -> the
+ *     classes that contain the port.
+ * A new connection's matching classes are peer classes & (port classes |
+ * any_port_classes): three lookups whatever the number of rules. The lowest
+ * one decides: accept, deny, or pass (an Admin pass drops the Admin tier's
+ * classes and looks again, a Baseline pass accepts); none matching accepts.
+ * A changed policy gets a new id: its entries are written first, then the
+ * pod's entry is switched to it in one update, then the old id's entries
+ * are deleted, so a packet sees the old rules or the new ones.
  *
  * v6n_policy_ct: the connections policy let through, by the tuple of their
  * first packet as the judged pod sent or received it and the direction; a
@@ -471,6 +477,9 @@ struct v6n_policy_rules {
 	__u32 id;      /* of the entries in v6n_policy_peers and _ports; 0: not isolated */
 	__u32 flags;   /* V6N_POLICY_AUDIT */
 	__u64 any_port_classes; /* classes of rules with no ports: every protocol and port */
+	__u64 accept_classes;   /* classes of Accept rules (NetworkPolicy rules among them) */
+	__u64 pass_classes;     /* classes of Pass rules */
+	__u64 admin_classes;    /* classes of the Admin tier; the rest are later tiers' */
 };
 
 struct v6n_policy_pod {

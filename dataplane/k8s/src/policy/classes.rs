@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //! A pod's rules for one direction as the BPF side reads them (abi.h,
-//! "Network policy"): each distinct set of ports is a class, one bit of 64;
-//! a peer prefix carries the classes of every rule whose peers contain all
-//! of it, a port prefix the classes that contain it. Entries never overlap
-//! in meaning: where prefixes nest, the longer one carries its own answer,
-//! excepts included, so the longest match alone decides. The datapath's
-//! cost is so three lookups however many rules a pod has.
+//! "Network policy"): the tiers' rules in precedence order, cut into groups
+//! of consecutive rules with one action; within a group each distinct set of
+//! ports is a class, one bit of 64, lower bits first, so the lowest matching
+//! class is the rule that decides. A peer prefix carries the classes of
+//! every rule whose peers contain all of it, a port prefix the classes that
+//! contain it. Entries never overlap in meaning: where prefixes nest, the
+//! longer one carries its own answer, excepts included, so the longest match
+//! alone decides. The datapath's cost is so three lookups however many
+//! rules a pod has.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -15,9 +18,9 @@ use std::{
 use ipnet::Ipv6Net;
 use serde::{Deserialize, Serialize};
 
-use super::{DirectionRules, Peers, PortRange, Ports};
+use super::{Action, DirectionRules, Peers, PortRange, Ports, Rule, Tier};
 
-/// Distinct port sets one direction of a pod may have (bits of the class mask).
+/// Classes one direction of a pod may have (bits of the class mask).
 pub const CLASSES_MAX: usize = v6node_abi::POLICY_CLASSES_MAX as usize;
 
 /// One port prefix of one protocol and the classes containing it.
@@ -35,6 +38,11 @@ pub struct PortPrefix {
 pub struct CompiledRules {
     /// Classes of rules without ports: every protocol and port.
     pub any_port_classes: u64,
+    /// Classes of Accept rules; of Pass rules; of the Admin tier. A
+    /// matching class in none of the first two denies.
+    pub accept_classes: u64,
+    pub pass_classes: u64,
+    pub admin_classes: u64,
     /// Each peer prefix and its classes (0: an except, nothing allowed).
     pub peers: Vec<(Ipv6Net, u64)>,
     pub ports: Vec<PortPrefix>,
@@ -44,6 +52,18 @@ impl CompiledRules {
     /// Entries this takes in the peer and port tries.
     pub fn entries(&self) -> usize {
         self.peers.len() + self.ports.len()
+    }
+
+    /// The pod entry's half for these rules, written under `id`.
+    pub fn pod_entry(&self, id: u32, flags: u32) -> v6node_abi::PolicyRules {
+        v6node_abi::PolicyRules {
+            id,
+            flags,
+            any_port_classes: self.any_port_classes,
+            accept_classes: self.accept_classes,
+            pass_classes: self.pass_classes,
+            admin_classes: self.admin_classes,
+        }
     }
 }
 
@@ -70,36 +90,65 @@ fn canonical(ranges: &[PortRange]) -> PortSet {
 }
 
 /// Compiles one direction's rules. Fails, naming the limit, when the rules
-/// have more distinct port sets than there are classes.
+/// need more classes than there are.
 pub fn compile(rules: &DirectionRules) -> Result<CompiledRules, String> {
-    // Classes: one per distinct port set, `None` standing for every port.
-    let mut class_of: BTreeMap<Option<PortSet>, usize> = BTreeMap::new();
-    let mut rule_class = Vec::with_capacity(rules.rules.len());
-    for rule in &rules.rules {
+    let deny_the_rest = Rule { peers: Peers::Any, ports: Ports::Any };
+    let mut ordered: Vec<(Tier, Action, &Rule)> = Vec::new();
+    ordered.extend(rules.admin.iter().map(|r| (Tier::Admin, r.action, &r.rule)));
+    if rules.isolated {
+        // NetworkPolicies decide for the pods they select: the Baseline tier is never reached.
+        ordered.extend(rules.rules.iter().map(|r| (Tier::NetworkPolicy, Action::Accept, r)));
+        ordered.push((Tier::NetworkPolicy, Action::Deny, &deny_the_rest));
+    } else {
+        ordered.extend(rules.baseline.iter().map(|r| (Tier::Baseline, r.action, &r.rule)));
+    }
+
+    // Classes: one per group and distinct port set, `None` standing for every port.
+    let mut class_of: BTreeMap<(usize, Option<PortSet>), usize> = BTreeMap::new();
+    let mut compiled = CompiledRules::default();
+    let mut rule_class = Vec::with_capacity(ordered.len());
+    let mut group = 0;
+    for (i, &(tier, action, rule)) in ordered.iter().enumerate() {
+        if i > 0 && (ordered[i - 1].0, ordered[i - 1].1) != (tier, action) {
+            group += 1;
+        }
         let set = match &rule.ports {
             Ports::Any => None,
             Ports::Ranges(ranges) => Some(canonical(ranges)),
         };
         let next = class_of.len();
-        let class = *class_of.entry(set).or_insert(next);
+        let any_port = set.is_none();
+        let class = *class_of.entry((group, set)).or_insert(next);
         if class >= CLASSES_MAX {
             return Err(format!(
-                "{} distinct sets of ports in the rules of {}; one direction of a pod can have {CLASSES_MAX}",
+                "the rules of {} need {} classes (distinct sets of ports in runs of rules with one action); one direction of a pod can have {CLASSES_MAX}",
+                rules.policies.join(", "),
                 class + 1,
-                rules.policies.join(", ")
             ));
         }
-        rule_class.push(1u64 << class);
-    }
-    let mut compiled = CompiledRules::default();
-    for (set, &class) in &class_of {
-        if set.is_none() {
-            compiled.any_port_classes |= 1u64 << class;
+        let bit = 1u64 << class;
+        match action {
+            Action::Accept => compiled.accept_classes |= bit,
+            Action::Pass => compiled.pass_classes |= bit,
+            Action::Deny => {}
         }
+        if tier == Tier::Admin {
+            compiled.admin_classes |= bit;
+        }
+        if any_port {
+            compiled.any_port_classes |= bit;
+        }
+        rule_class.push((rule, bit));
     }
-    compiled.ports = port_prefixes(class_of.iter().filter_map(|(set, &class)| set.as_ref().map(|s| (s, 1u64 << class))));
-    compiled.peers = peer_prefixes(rules, &rule_class);
+    compiled.ports = port_prefixes(class_of.iter().filter_map(|((_, set), &class)| set.as_ref().map(|s| (s, 1u64 << class))));
+    compiled.peers = peer_prefixes(&rule_class);
     Ok(compiled)
+}
+
+/// What a pod whose rules cannot be compiled gets when it has no last good
+/// ones: everything denied (it fails closed, never open).
+pub fn deny_all() -> CompiledRules {
+    compile(&DirectionRules { isolated: true, ..DirectionRules::default() }).expect("one class")
 }
 
 /// Per protocol, the port line cut where any class's range starts or ends:
@@ -154,12 +203,12 @@ fn tile(mut first: u32, end: u32) -> Vec<(u16, u8)> {
 /// of that block containing it. Containing blocks are found by truncating
 /// the prefix to each length blocks have, so the work grows with the number
 /// of prefixes, not with their product.
-fn peer_prefixes(rules: &DirectionRules, rule_class: &[u64]) -> Vec<(Ipv6Net, u64)> {
+fn peer_prefixes(rules: &[(&Rule, u64)]) -> Vec<(Ipv6Net, u64)> {
     let any = Ipv6Net::new(Ipv6Addr::UNSPECIFIED, 0).expect("::/0");
     // Block net -> (class, excepts) of each rule's block with that net.
     let mut blocks: HashMap<Ipv6Net, Vec<(u64, &[Ipv6Net])>> = HashMap::new();
     let mut named: BTreeSet<Ipv6Net> = BTreeSet::new();
-    for (rule, &class) in rules.rules.iter().zip(rule_class) {
+    for &(rule, class) in rules {
         match &rule.peers {
             Peers::Any => {
                 blocks.entry(any).or_default().push((class, &[]));
@@ -207,7 +256,7 @@ mod tests {
     }
 
     fn rules(rules: Vec<Rule>) -> DirectionRules {
-        DirectionRules { policies: vec!["default/p".into()], rules }
+        DirectionRules { policies: vec!["default/p".into()], isolated: true, rules, ..DirectionRules::default() }
     }
 
     fn block(s: &str, except: &[&str]) -> Block {
@@ -221,7 +270,7 @@ mod tests {
         let Some(peer_classes) =
             c.peers.iter().filter(|(n, _)| n.contains(&peer)).max_by_key(|(n, _)| n.prefix_len()).map(|&(_, m)| m)
         else {
-            return false;
+            return true;
         };
         let port_classes = c
             .ports
@@ -229,7 +278,13 @@ mod tests {
             .filter(|p| p.protocol == protocol && (p.len == 0 || (port ^ p.port) >> (16 - p.len) == 0))
             .max_by_key(|p| p.len)
             .map_or(0, |p| p.classes);
-        peer_classes & (port_classes | c.any_port_classes) != 0
+        let matching = peer_classes & (port_classes | c.any_port_classes);
+        let mut first = matching & matching.wrapping_neg();
+        if first & c.pass_classes & c.admin_classes != 0 {
+            let later = matching & !c.admin_classes;
+            first = later & later.wrapping_neg();
+        }
+        first == 0 || first & (c.accept_classes | c.pass_classes) != 0
     }
 
     #[test]
@@ -277,14 +332,16 @@ mod tests {
     fn rules_with_the_same_ports_share_a_class() {
         let rule = |peer: &str| Rule { peers: Peers::Blocks(vec![block(peer, &[])]), ports: Ports::Ranges(vec![tcp(80, 80)]) };
         let c = compile(&rules(vec![rule("fd00::a/128"), rule("fd00::b/128"), rule("fd00::c/128")])).unwrap();
-        assert!(c.peers.iter().all(|&(_, m)| m == 1));
+        // Class 0: port 80; class 1: NetworkPolicies' "deny the rest", which every peer is in.
+        assert!(c.peers.iter().all(|&(net, m)| m == if net.prefix_len() == 0 { 0b10 } else { 0b11 }), "{:?}", c.peers);
         assert_eq!(c.ports, vec![PortPrefix { protocol: 6, port: 80, len: 16, classes: 1 }]);
     }
 
     #[test]
     fn no_rules_deny_everything_and_any_allows_everything() {
         let c = compile(&rules(vec![])).unwrap();
-        assert!(c.peers.is_empty() && !allows(&c, "fd00::1", 6, 80));
+        assert_eq!(c.peers, vec![(net("::/0"), 1)]);
+        assert!(!allows(&c, "fd00::1", 6, 80) && c.accept_classes == 0);
         let c = compile(&rules(vec![Rule { peers: Peers::Any, ports: Ports::Any }])).unwrap();
         assert!(allows(&c, "2001:db8::1", 6, 1) && allows(&c, "::1", 132, 65535) && allows(&c, "fd00::1", 58, 0));
     }
@@ -295,7 +352,81 @@ mod tests {
             .map(|i| Rule { peers: Peers::Any, ports: Ports::Ranges(vec![tcp(1000 + i, 1000 + i)]) })
             .collect();
         let err = compile(&rules(many)).unwrap_err();
-        assert!(err.contains("65 distinct sets of ports") && err.contains("default/p"), "{err}");
+        assert!(err.contains("need 65 classes") && err.contains("default/p"), "{err}");
+    }
+
+    fn tiered(action: Action, peer: Peers, ports: Ports) -> super::super::TierRule {
+        super::super::TierRule { action, rule: Rule { peers: peer, ports } }
+    }
+
+    fn host(s: &str) -> Peers {
+        Peers::Blocks(vec![block(s, &[])])
+    }
+
+    #[test]
+    fn the_first_matching_rule_decides_across_tiers() {
+        let c = compile(&DirectionRules {
+            admin: vec![
+                tiered(Action::Deny, host("fd00::a/128"), Ports::Ranges(vec![tcp(80, 80)])),
+                tiered(Action::Accept, Peers::Any, Ports::Ranges(vec![tcp(80, 90)])),
+                tiered(Action::Pass, host("fd00::b/128"), Ports::Any),
+            ],
+            baseline: vec![tiered(Action::Deny, Peers::Any, Ports::Any)],
+            ..DirectionRules::default()
+        })
+        .unwrap();
+        assert!(!allows(&c, "fd00::a", 6, 80), "the Admin Deny comes before the Accept");
+        assert!(allows(&c, "fd00::a", 6, 81) && allows(&c, "fd00::c", 6, 85));
+        assert!(!allows(&c, "fd00::b", 6, 22), "passed to the Baseline tier, which denies");
+        assert!(!allows(&c, "fd00::c", 17, 53), "no Admin rule: the Baseline tier denies");
+    }
+
+    #[test]
+    fn an_admin_pass_hands_the_flow_to_network_policies_which_then_decide() {
+        let c = compile(&DirectionRules {
+            admin: vec![
+                tiered(Action::Pass, host("fd00::b/128"), Ports::Any),
+                tiered(Action::Deny, Peers::Any, Ports::Ranges(vec![tcp(443, 443)])),
+            ],
+            isolated: true,
+            rules: vec![Rule { peers: host("fd00::b/128"), ports: Ports::Ranges(vec![tcp(443, 443)]) }],
+            baseline: vec![tiered(Action::Accept, Peers::Any, Ports::Any)],
+            ..DirectionRules::default()
+        })
+        .unwrap();
+        assert!(allows(&c, "fd00::b", 6, 443), "passed over the Admin Deny, allowed by the NetworkPolicy");
+        assert!(!allows(&c, "fd00::b", 6, 80), "passed; no NetworkPolicy rule allows it");
+        assert!(!allows(&c, "fd00::c", 6, 443), "the Admin Deny");
+        assert!(!allows(&c, "fd00::c", 6, 80), "the NetworkPolicies decide: the Baseline Accept is never reached");
+    }
+
+    #[test]
+    fn a_baseline_pass_allows_and_nothing_matching_allows() {
+        let c = compile(&DirectionRules {
+            baseline: vec![
+                tiered(Action::Pass, host("fd00::b/128"), Ports::Any),
+                tiered(Action::Deny, host("fd00::/64"), Ports::Any),
+            ],
+            ..DirectionRules::default()
+        })
+        .unwrap();
+        assert!(allows(&c, "fd00::b", 6, 80) && !allows(&c, "fd00::c", 6, 80) && allows(&c, "fd01::c", 6, 80));
+    }
+
+    #[test]
+    fn consecutive_rules_with_one_action_share_classes_and_others_do_not() {
+        let port80 = || Ports::Ranges(vec![tcp(80, 80)]);
+        let c = compile(&DirectionRules {
+            admin: vec![
+                tiered(Action::Accept, host("fd00::a/128"), port80()),
+                tiered(Action::Accept, host("fd00::b/128"), port80()),
+                tiered(Action::Deny, host("fd00::c/128"), port80()),
+                tiered(Action::Accept, host("fd00::d/128"), port80()),
+            ],
+            ..DirectionRules::default()
+        })
+        .unwrap();
+        assert_eq!((c.accept_classes, c.admin_classes, c.pass_classes), (0b101, 0b111, 0));
     }
 
     #[test]
@@ -303,7 +434,7 @@ mod tests {
         let peers = (0..20_000u32).map(|i| block(&format!("fd00:10::{:x}:{:x}/128", i >> 16, i & 0xffff), &[])).collect();
         let start = std::time::Instant::now();
         let c = compile(&rules(vec![Rule { peers: Peers::Blocks(peers), ports: Ports::Ranges(vec![tcp(80, 80)]) }])).unwrap();
-        assert_eq!(c.peers.len(), 20_000);
+        assert_eq!(c.peers.len(), 20_001, "each peer, and ::/0 for the rest");
         assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
     }
 }

@@ -37,7 +37,7 @@ use std::{
 use ipnet::{IpNet, Ipv6Net};
 use k8s_openapi::{
     api::{
-        core::v1::{Namespace, Pod},
+        core::v1::{Namespace, Node, Pod},
         networking::v1::{IPBlock, NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec},
     },
     apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
@@ -45,6 +45,9 @@ use k8s_openapi::{
 use serde::{Deserialize, Serialize};
 
 pub mod classes;
+pub mod cluster;
+
+pub use cluster::ClusterNetworkPolicy;
 
 /// IP protocol numbers of what a NetworkPolicy port may name.
 pub const PROTOCOL_TCP: u8 = 6;
@@ -83,15 +86,55 @@ pub struct PodPolicy {
     pub egress: Option<DirectionRules>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// What applies to one direction of a pod, tier by tier: the first rule
+/// that matches decides (a Pass goes on to the next tier); none matching
+/// allows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct DirectionRules {
-    /// "namespace/name" of each policy that selects the pod for this
-    /// direction, sorted, deduplicated.
+    /// Each policy that selects the pod for this direction, sorted,
+    /// deduplicated: a NetworkPolicy as "namespace/name", a
+    /// ClusterNetworkPolicy as "Admin:name" or "Baseline:name".
     pub policies: Vec<String>,
-    /// Allowed iff some rule matches both the peer and the port. Empty: deny
-    /// all. In policy order (policies by namespace/name, then their rules),
-    /// each rule once.
+    /// The ClusterNetworkPolicies' Admin tier, in precedence order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin: Vec<TierRule>,
+    /// Whether a NetworkPolicy selects the pod: then `rules` decide, and
+    /// what none of them allows is denied.
+    #[serde(default)]
+    pub isolated: bool,
+    /// The NetworkPolicies' rules: allowed iff one matches both the peer
+    /// and the port. In policy order (policies by namespace/name, then
+    /// their rules), each rule once.
     pub rules: Vec<Rule>,
+    /// The ClusterNetworkPolicies' Baseline tier, in precedence order
+    /// (reached only when no NetworkPolicy selects the pod).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline: Vec<TierRule>,
+}
+
+/// The tiers, in the order they are consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Tier {
+    Admin,
+    NetworkPolicy,
+    Baseline,
+}
+
+/// What a ClusterNetworkPolicy rule does with what it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Action {
+    Accept,
+    Deny,
+    /// Skip the rest of this tier.
+    Pass,
+}
+
+/// A rule of a ClusterNetworkPolicy tier.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TierRule {
+    pub action: Action,
+    #[serde(flatten)]
+    pub rule: Rule,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -134,28 +177,39 @@ pub struct PortRange {
     pub last: u16,
 }
 
+/// The cluster as policy sees it: its Pods, Namespaces, Nodes (for
+/// ClusterNetworkPolicies' `nodes` peers), NetworkPolicies and
+/// ClusterNetworkPolicies.
+#[derive(Clone, Copy, Default)]
+pub struct Objects<'a> {
+    pub pods: &'a [&'a Pod],
+    pub namespaces: &'a [&'a Namespace],
+    pub nodes: &'a [&'a Node],
+    pub policies: &'a [&'a NetworkPolicy],
+    pub cluster_policies: &'a [&'a ClusterNetworkPolicy],
+}
+
 /// `nat64_prefix` is the cluster's NAT64 /96, through which IPv4 ipBlocks
 /// are reached; `node_addresses` this node's own, which an isolated pod
 /// always lets in. `cni_addresses` are this node's pods' addresses as
 /// v6node-cni gave them, by "namespace/name": a pod's status shows its
 /// address only once it runs, and its policy must be in force before its
 /// containers start. Equal input gives equal output, whatever its order.
-pub fn build<'a>(
+pub fn build(
     node_name: &str,
     node_addresses: &[Ipv6Addr],
     nat64_prefix: Option<Ipv6Net>,
-    pods: impl IntoIterator<Item = &'a Pod> + Clone,
-    namespaces: impl IntoIterator<Item = &'a Namespace> + Clone,
-    policies: impl IntoIterator<Item = &'a NetworkPolicy> + Clone,
+    objects: Objects,
     cni_addresses: &BTreeMap<String, Vec<Ipv6Addr>>,
 ) -> PolicyView {
+    let Objects { pods, namespaces, nodes, policies, cluster_policies } = objects;
     // Sorted by address, so every list of pods below comes out in address
     // order and a (stale) address two pods claim goes to the same one each time.
-    let mut cluster: Vec<PeerPod> = pods.into_iter().filter_map(|pod| PeerPod::new(pod, node_name, cni_addresses)).collect();
+    let mut cluster: Vec<PeerPod> = pods.iter().filter_map(|pod| PeerPod::new(pod, node_name, cni_addresses)).collect();
     cluster.sort_by(|a, b| (&a.addresses, a.namespace, a.name).cmp(&(&b.addresses, b.namespace, b.name)));
 
     let mut namespace_labels: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    for namespace in namespaces {
+    for namespace in namespaces.iter() {
         let Some(name) = namespace.metadata.name.clone() else { continue };
         namespace_labels.insert(name, namespace.metadata.labels.clone().unwrap_or_default());
     }
@@ -168,7 +222,7 @@ pub fn build<'a>(
         labels.entry(NAMESPACE_NAME_LABEL.to_string()).or_insert_with(|| name.clone());
     }
 
-    let mut policies: Vec<&NetworkPolicy> = policies.into_iter().filter(|p| p.metadata.name.is_some()).collect();
+    let mut policies: Vec<&NetworkPolicy> = policies.iter().copied().filter(|p| p.metadata.name.is_some()).collect();
     policies.sort_by_cached_key(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone()));
 
     let mut ingress: BTreeMap<usize, DirectionRules> = BTreeMap::new();
@@ -229,6 +283,42 @@ pub fn build<'a>(
         }));
     }
 
+    // ClusterNetworkPolicies, by tier and direction: rules and policy names by subject.
+    let mut tiers: BTreeMap<(Tier, usize), cluster::BySubject> = BTreeMap::new();
+    for (policy, spec) in cluster::sorted(cluster_policies.to_vec()) {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let mut compiler = Compiler {
+            cluster: &cluster,
+            namespace_labels: &namespace_labels,
+            nat64_prefix,
+            namespace: "",
+            messages: Vec::new(),
+        };
+        match cluster::tier(spec) {
+            None => compiler.problem(format!("spec.tier {:?} is neither Admin nor Baseline; the policy is ignored", spec.tier)),
+            Some(tier) => {
+                let label = format!("{tier:?}:{name}");
+                let subjects = compiler.cluster_subjects(&spec.subject);
+                for (direction, rules, side) in [(0, &spec.ingress, "ingress"), (1, &spec.egress, "egress")] {
+                    if rules.is_empty() {
+                        continue;
+                    }
+                    let compiled = compiler.cluster_rules(rules, side, nodes);
+                    let by_subject = tiers.entry((tier, direction)).or_default();
+                    for &subject in &subjects {
+                        by_subject.rules.entry(subject).or_default().extend(compiled.for_subject(&cluster[subject]));
+                        by_subject.names.entry(subject).or_default().push(label.clone());
+                    }
+                }
+            }
+        }
+        problems.extend(compiler.messages.into_iter().map(|message| PolicyProblem {
+            namespace: String::new(),
+            name: name.clone(),
+            message,
+        }));
+    }
+
     // Kubelet probes the pod from the node's own addresses; the pod may always answer, and reach its node.
     let mut node_blocks: Vec<Block> = Vec::new();
     for &address in node_addresses {
@@ -241,16 +331,27 @@ pub fn build<'a>(
 
     let mut view = PolicyView { pods: BTreeMap::new(), problems: problems.into_iter().collect() };
     for (index, pod) in cluster.iter().enumerate().filter(|(_, pod)| pod.local) {
-        let ingress = ingress.remove(&index).map(|rules| {
-            let mut rules = tidy(rules);
-            rules.rules.extend(with_node.clone());
-            rules
-        });
-        let egress = egress.remove(&index).map(|rules| {
-            let mut rules = tidy(rules);
-            rules.rules.extend(with_node.clone());
-            rules
-        });
+        let mut direction = |direction: usize, network_policies: Option<DirectionRules>| {
+            let mut tier = |tier: Tier| {
+                let by_subject = tiers.get_mut(&(tier, direction));
+                let (rules, names) = by_subject.map(|t| (t.rules.remove(&index), t.names.remove(&index))).unwrap_or_default();
+                (rules.unwrap_or_default(), names.unwrap_or_default())
+            };
+            let ((admin, admin_names), (baseline, baseline_names)) = (tier(Tier::Admin), tier(Tier::Baseline));
+            if network_policies.is_none() && admin_names.is_empty() && baseline_names.is_empty() {
+                return None;
+            }
+            let mut rules = network_policies.unwrap_or_default();
+            if rules.isolated {
+                rules.rules.extend(with_node.clone());
+            }
+            rules.policies.extend(admin_names.into_iter().chain(baseline_names));
+            rules.admin = admin;
+            rules.baseline = baseline;
+            Some(tidy(rules))
+        };
+        let ingress = direction(0, ingress.remove(&index));
+        let egress = direction(1, egress.remove(&index));
         let policy = PodPolicy { namespace: pod.namespace.to_string(), name: pod.name.to_string(), ingress, egress };
         for &address in &pod.addresses {
             view.pods.entry(address).or_insert_with(|| policy.clone());
@@ -260,15 +361,20 @@ pub fn build<'a>(
 }
 
 fn isolated() -> DirectionRules {
-    DirectionRules { policies: Vec::new(), rules: Vec::new() }
+    DirectionRules { isolated: true, ..DirectionRules::default() }
 }
 
-/// Policies sorted and each once; rules each once, the first kept where it is.
+/// Policies sorted and each once; rules each once, the first kept where it
+/// is (in a tier, a later copy of a rule can never be the first to match).
 fn tidy(mut rules: DirectionRules) -> DirectionRules {
     rules.policies.sort();
     rules.policies.dedup();
     let mut seen = BTreeSet::new();
     rules.rules.retain(|rule| seen.insert(rule.clone()));
+    for tier in [&mut rules.admin, &mut rules.baseline] {
+        let mut seen = BTreeSet::new();
+        tier.retain(|r| seen.insert(r.rule.clone()));
+    }
     rules
 }
 
@@ -712,7 +818,7 @@ fn selects(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! NetworkPolicies, Pods and Namespaces as the API server returns them
     //! (JSON), and what this node's pods may then receive and send.
 
@@ -720,10 +826,10 @@ mod tests {
 
     use super::*;
 
-    const NODE: &str = "node-a";
+    pub(crate) const NODE: &str = "node-a";
 
     /// A running pod with these addresses, labels and container ports.
-    fn pod(namespace: &str, name: &str, node: &str, ips: &[&str], labels: Value, ports: Value) -> Pod {
+    pub(crate) fn pod(namespace: &str, name: &str, node: &str, ips: &[&str], labels: Value, ports: Value) -> Pod {
         let ips: Vec<Value> = ips.iter().map(|ip| json!({ "ip": ip })).collect();
         serde_json::from_value(json!({
             "metadata": { "name": name, "namespace": namespace, "labels": labels },
@@ -733,11 +839,11 @@ mod tests {
         .unwrap()
     }
 
-    fn plain_pod(namespace: &str, name: &str, node: &str, ip: &str, labels: Value) -> Pod {
+    pub(crate) fn plain_pod(namespace: &str, name: &str, node: &str, ip: &str, labels: Value) -> Pod {
         pod(namespace, name, node, &[ip], labels, json!([]))
     }
 
-    fn namespace(name: &str, labels: Value) -> Namespace {
+    pub(crate) fn namespace(name: &str, labels: Value) -> Namespace {
         serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } })).unwrap()
     }
 
@@ -745,15 +851,15 @@ mod tests {
         serde_json::from_value(json!({ "metadata": { "name": name, "namespace": namespace }, "spec": spec })).unwrap()
     }
 
-    fn ip(s: &str) -> Ipv6Addr {
+    pub(crate) fn ip(s: &str) -> Ipv6Addr {
         s.parse().unwrap()
     }
 
-    fn net(s: &str) -> Ipv6Net {
+    pub(crate) fn net(s: &str) -> Ipv6Net {
         s.parse().unwrap()
     }
 
-    fn host(s: &str) -> Block {
+    pub(crate) fn host(s: &str) -> Block {
         host_block(ip(s))
     }
 
@@ -761,22 +867,49 @@ mod tests {
         Block { net: net(cidr), except: except.iter().map(|e| net(e)).collect() }
     }
 
-    fn hosts(addresses: &[&str]) -> Peers {
+    pub(crate) fn hosts(addresses: &[&str]) -> Peers {
         Peers::Blocks(addresses.iter().map(|a| host(a)).collect())
     }
 
-    fn tcp(first: u16, last: u16) -> PortRange {
+    pub(crate) fn tcp(first: u16, last: u16) -> PortRange {
         PortRange { protocol: PROTOCOL_TCP, first, last }
     }
 
-    fn rule(peers: Peers, ports: Ports) -> Rule {
+    pub(crate) fn rule(peers: Peers, ports: Ports) -> Rule {
         Rule { peers, ports }
     }
 
     /// The view for node-a, without node addresses (so no rule from the
     /// node) and with 64:ff9b::/96 as the NAT64 prefix.
     fn view(pods: &[Pod], namespaces: &[Namespace], policies: &[NetworkPolicy]) -> PolicyView {
-        build(NODE, &[], Some(net("64:ff9b::/96")), pods, namespaces, policies, &BTreeMap::new())
+        built(&[], Some(net("64:ff9b::/96")), pods, namespaces, policies, &[], &BTreeMap::new())
+    }
+
+    /// `build` for NODE over owned objects.
+    pub(super) fn built(
+        node_addresses: &[Ipv6Addr],
+        nat64: Option<Ipv6Net>,
+        pods: &[Pod],
+        namespaces: &[Namespace],
+        policies: &[NetworkPolicy],
+        cluster_policies: &[ClusterNetworkPolicy],
+        cni: &BTreeMap<String, Vec<Ipv6Addr>>,
+    ) -> PolicyView {
+        let (pods, namespaces): (Vec<&Pod>, Vec<&Namespace>) = (pods.iter().collect(), namespaces.iter().collect());
+        let (policies, cluster_policies): (Vec<&NetworkPolicy>, Vec<&ClusterNetworkPolicy>) =
+            (policies.iter().collect(), cluster_policies.iter().collect());
+        let objects = Objects {
+            pods: &pods,
+            namespaces: &namespaces,
+            nodes: &[],
+            policies: &policies,
+            cluster_policies: &cluster_policies,
+        };
+        build(NODE, node_addresses, nat64, objects, cni)
+    }
+
+    pub(crate) fn reversed<T: Clone>(items: &[T]) -> Vec<T> {
+        items.iter().rev().cloned().collect()
     }
 
     fn ingress<'v>(view: &'v PolicyView, address: &str) -> &'v DirectionRules {
@@ -789,7 +922,7 @@ mod tests {
         pod.egress.as_ref().unwrap_or_else(|| panic!("{address} is not isolated for egress: {pod:#?}"))
     }
 
-    fn messages(view: &PolicyView) -> Vec<String> {
+    pub(crate) fn messages(view: &PolicyView) -> Vec<String> {
         view.problems.iter().map(|p| format!("{}/{}: {}", p.namespace, p.name, p.message)).collect()
     }
 
@@ -811,7 +944,10 @@ mod tests {
         let view = view(&pods, &[], &[deny]);
         let web = &view.pods[&ip("fd00:a::1")];
         assert_eq!((web.namespace.as_str(), web.name.as_str()), ("default", "web"));
-        assert_eq!(web.ingress, Some(DirectionRules { policies: vec!["default/deny".into()], rules: vec![] }));
+        assert_eq!(
+            web.ingress,
+            Some(DirectionRules { policies: vec!["default/deny".into()], isolated: true, ..DirectionRules::default() })
+        );
         assert_eq!(web.egress, None, "no egress list, no policyTypes: not isolated for egress");
         let db = &view.pods[&ip("fd00:a::2")];
         assert_eq!((db.ingress.as_ref(), db.egress.as_ref()), (None, None));
@@ -967,7 +1103,7 @@ mod tests {
         assert!(view.problems.is_empty(), "{:?}", view.problems);
 
         // Without a NAT64 prefix no IPv4 host is reachable: the blocks match nothing.
-        let view = build(NODE, &[], None, &pods, &[], &[v4], &BTreeMap::new());
+        let view = built(&[], None, &pods, &[], &[v4], &[], &BTreeMap::new());
         assert_eq!(egress(&view, "fd00:a::1").rules, vec![rule(Peers::Blocks(vec![]), Ports::Any)]);
         assert_eq!(
             messages(&view),
@@ -988,7 +1124,7 @@ mod tests {
             ingress(&view, "fd00:a::1").rules,
             vec![rule(Peers::Blocks(vec![block("::/0", &["64:ff9b::c0a8:0/112"])]), Ports::Any)]
         );
-        let view = build(NODE, &[], None, &pods, &[], &[all_but], &BTreeMap::new());
+        let view = built(&[], None, &pods, &[], &[all_but], &[], &BTreeMap::new());
         assert_eq!(ingress(&view, "fd00:a::1").rules, vec![rule(Peers::Blocks(vec![]), Ports::Any)]);
         assert_eq!(view.problems.len(), 1, "{:?}", view.problems);
     }
@@ -1171,7 +1307,8 @@ mod tests {
         let pods = [plain_pod("default", "web", NODE, "fd00:a::1", json!({ "app": "web" }))];
         let both = policy("default", "both", json!({ "podSelector": {}, "egress": [] }));
         let view = view(&pods, &[], &[both]);
-        let expected = Some(DirectionRules { policies: vec!["default/both".into()], rules: vec![] });
+        let expected =
+            Some(DirectionRules { policies: vec!["default/both".into()], isolated: true, ..DirectionRules::default() });
         assert_eq!(view.pods[&ip("fd00:a::1")].ingress, expected);
         assert_eq!(view.pods[&ip("fd00:a::1")].egress, expected);
     }
@@ -1247,7 +1384,7 @@ mod tests {
                     "ingress": [{ "ports": [{ "port": 80 }] }] }),
         );
         let node = [ip("fd00::a"), ip("2001:db8::a"), ip("fd00::a")];
-        let view = build(NODE, &node, None, &pods, &[], &[both], &BTreeMap::new());
+        let view = built(&node, None, &pods, &[], &[both], &[], &BTreeMap::new());
         let web = &view.pods[&ip("fd00:a::1")];
         assert_eq!(
             web.ingress.as_ref().unwrap().rules,
@@ -1389,11 +1526,10 @@ mod tests {
         ];
         let node = [ip("fd00::a")];
         let nat64 = Some(net("64:ff9b::/96"));
-        let forward = build(NODE, &node, nat64, &pods, &namespaces, &policies, &BTreeMap::new());
-        let backward =
-            build(NODE, &node, nat64, pods.iter().rev(), namespaces.iter().rev(), policies.iter().rev(), &BTreeMap::new());
+        let forward = built(&node, nat64, &pods, &namespaces, &policies, &[], &BTreeMap::new());
+        let backward = built(&node, nat64, &reversed(&pods), &reversed(&namespaces), &reversed(&policies), &[], &BTreeMap::new());
         assert_eq!(forward, backward);
-        assert_eq!(forward, build(NODE, &node, nat64, &pods, &namespaces, &policies, &BTreeMap::new()));
+        assert_eq!(forward, built(&node, nat64, &pods, &namespaces, &policies, &[], &BTreeMap::new()));
         assert_eq!(forward.pods.len(), 2);
         assert_eq!(forward.problems.len(), 1, "{:?}", forward.problems);
         // And it survives a round trip through JSON, as the agent may report it.
@@ -1413,12 +1549,12 @@ mod tests {
         };
         let deny = policy("default", "deny", json!({ "podSelector": {}, "policyTypes": ["Ingress"] }));
         let pods = [starting, elsewhere];
-        assert!(build(NODE, &[], None, &pods, &[], std::slice::from_ref(&deny), &BTreeMap::new()).pods.is_empty());
+        assert!(built(&[], None, &pods, &[], std::slice::from_ref(&deny), &[], &BTreeMap::new()).pods.is_empty());
         let cni = BTreeMap::from([
             ("default/web".to_string(), vec![ip("fd00:a::1")]),
             ("default/far".to_string(), vec![ip("fd00:b::1")]),
         ]);
-        let view = build(NODE, &[], None, &pods, &[], &[deny], &cni);
+        let view = built(&[], None, &pods, &[], &[deny], &[], &cni);
         assert_eq!(view.pods.keys().collect::<Vec<_>>(), [&ip("fd00:a::1")], "only this node's pods are the CNI's");
         assert_eq!(view.pods[&ip("fd00:a::1")].ingress.as_ref().unwrap().policies, ["default/deny"]);
     }
