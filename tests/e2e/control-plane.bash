@@ -141,6 +141,18 @@ dataplane_identity() {
     return 1
 }
 
+# cluster_network_policy_crd: the ClusterNetworkPolicy CRD
+# (policy.networking.k8s.io v1beta1, v1alpha2 served too) from its Go module
+# through the machine's Go proxy. The experimental channel: a superset of the
+# standard one, with the `nodes` peers and named ports v6node enforces.
+network_policy_api=v0.3.0
+cluster_network_policy_crd() {
+    local dir
+    dir=$(cd / && go mod download -json "sigs.k8s.io/network-policy-api@$network_policy_api" | jq -r .Dir) || return 1
+    kc apply --server-side -f "$dir/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" >/dev/null || return 1
+    kc wait --for condition=established --timeout=60s crd/clusternetworkpolicies.policy.networking.k8s.io >/dev/null
+}
+
 # dataplane_kubeconfig CA TOKEN_FILE: a kubeconfig for the agent, as the join
 # writes one (the API server, its CA, the token read from a file).
 dataplane_kubeconfig() {

@@ -600,5 +600,58 @@ open_again() {
 }
 pass_if "... and everything is reachable again: client (HTTP :8080 :8081, UDP), other, probe and outside -> server" eventually open_again
 
+# --- 15. ClusterNetworkPolicy: the Admin and Baseline tiers -----------------------------------
+# The CRD installed now, from its Go module: until this point the agent ran
+# (and enforced NetworkPolicies) in a cluster without it.
+# cnp NAME TIER PRIORITY SPEC: a ClusterNetworkPolicy applied (SPEC: subject and rules, YAML flow style).
+cnp() {
+    printf 'apiVersion: policy.networking.k8s.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: { name: %s }\nspec: { tier: %s, priority: %s, %s }\n' \
+        "$1" "$2" "$3" "$4" | kc apply -f - >/dev/null
+}
+team_a='subject: { namespaces: { matchLabels: { team: a } } }'
+pass_if "the ClusterNetworkPolicy CRD (network-policy-api $network_policy_api, from its Go module) installed while the agent runs" \
+    cluster_network_policy_crd
+cnp baseline-deny Baseline 10 "$team_a, ingress: [{ action: Deny, from: [{ namespaces: {} }] }]"
+pass_if "Baseline Deny from every namespace's pods to team-a: status lists Baseline:baseline-deny on the server's ingress (the CRD taken up within 15 s)" \
+    retry 15 isolated_by server ingress Baseline:baseline-deny
+baseline_denies() { dropped client server 8080 && dropped other server 8080 && reaches cp server 8080; }
+pass_if "... client and other (pods) are dropped; outside (fd00:9::1, no pod) still reaches the server" baseline_denies
+server_ingress allow-client '[{ from: [{ podSelector: { matchLabels: { app: client } } }], ports: [{ protocol: TCP, port: 8080 }] }]'
+np_decides() { reaches client server 8080 && dropped client server 8081 && dropped other server 8080; }
+pass_if "a NetworkPolicy allowing the client on :8080 decides for the server: client :8080 passes (over the Baseline Deny), :8081 and other dropped" \
+    eventually np_decides
+admin_client='pods: { namespaceSelector: { matchLabels: { team: a } }, podSelector: { matchLabels: { app: client } } }'
+counted_before=$(counter policy_denied_ingress)
+cnp admin-deny Admin 20 "$team_a, ingress: [{ action: Deny, from: [{ $admin_client }], protocols: [{ tcp: { destinationPort: { number: 8080 } } }] }]"
+admin_denies() { dropped client server 8080 && (($(counter policy_denied_ingress) > counted_before)); }
+pass_if "Admin Deny of team-a's client on TCP 8080 (priority 20) comes before the NetworkPolicy: the client is dropped, counted as policy_denied_ingress" \
+    eventually admin_denies
+cnp admin-pass Admin 10 "$team_a, ingress: [{ action: Pass, from: [{ $admin_client }] }]"
+pass_if "Admin Pass of the client (priority 10, before the Deny): handed to the NetworkPolicy, which allows it" eventually reaches client server 8080
+cnp admin-accept Admin 30 "$team_a, ingress: [{ action: Accept, from: [{ namespaces: { matchLabels: { team: b } } }], protocols: [{ tcp: { destinationPort: { range: { start: 8080, end: 8081 } } } }] }]"
+admin_accepts() { reaches other server 8081 && dropped client server 8081; }
+pass_if "Admin Accept from team-b on TCP 8080-8081 (a range): other reaches the server's :8081, which no NetworkPolicy allows; the client still not" \
+    eventually admin_accepts
+pass_if "status lists the server's ingress policies in order of name: Admin:admin-accept, Admin:admin-deny, Admin:admin-pass, Baseline:baseline-deny, team-a/allow-client" \
+    eventually isolated_by server ingress Admin:admin-accept,Admin:admin-deny,Admin:admin-pass,Baseline:baseline-deny,team-a/allow-client
+client_subject='subject: { pods: { namespaceSelector: { matchLabels: { team: a } }, podSelector: { matchLabels: { app: client } } } }'
+cnp client-egress Admin 40 "$client_subject, egress: [{ action: Deny, to: [{ nodes: {} }] }, { action: Deny, to: [{ networks: [\"fd00:9::/64\"] }] }]"
+egress_denied() { ! pod_to_node && dropped client cp 8080 2>/dev/null; }
+pass_if "Admin Deny egress to every Node (nodes: {}) and to fd00:9::/64 (networks): the client no longer reaches its node (fd00:9::a :9090)" \
+    eventually egress_denied
+pass_if "... and reaches the server still (a pod: neither a node nor in fd00:9::/64)" reaches client server 8080
+cnp domain-names Admin 50 "$team_a, egress: [{ action: Accept, to: [{ domainNames: [\"*.example.com\"] }] }]"
+cnp_problem() {
+    status_holds '.policy.problems[] | select(.namespace == "" and .name == "domain-names" and (.message | contains("domainNames are not supported")))'
+}
+pass_if "an Accept to domainNames (not supported): status --json policy.problems names the ClusterNetworkPolicy domain-names and why" \
+    eventually cnp_problem
+cnp_event() { kc get events -A --field-selector reason=NotEnforced,involvedObject.name=domain-names -o name | grep -q .; }
+pass_if "... and a Warning Event (NotEnforced) on it" eventually cnp_event
+kc delete clusternetworkpolicies --all >/dev/null
+unpolicy team-a allow-client
+pass_if "every ClusterNetworkPolicy and NetworkPolicy deleted: status shows no pod with rules and no problem" retry 60 none_isolated
+pass_if "... and everything is reachable again, the client's node too" eventually eval 'open_again && pod_to_node'
+
 agent_stop
 tap_done
