@@ -417,6 +417,75 @@ loop_clean() { [[ "$loop_n" -ge 50 && "$loop_failed" == 0 && "$swapped" == 10 &&
 pass_if "20 policy changes under a request loop (each seen in force, the server's rules rewritten each time): $loop_n requests, none failed" \
     loop_clean
 
+# --- 9b. a storm of updates ---------------------------------------------------------------------
+# One policy (storm, on the server, letting the probe in on one TCP port)
+# patched as fast as the API server takes it, aiming at 1,000 a second for
+# 10 s, through kubectl proxy, while the client's request loop (allowed by
+# the other policies throughout) runs; the last patch opens :8080 to the
+# probe. The agent takes what the watch delivers in bursts: no request
+# fails, and the last version is in force soon after the storm.
+cat >"$work/storm.py" <<'PY'
+import http.client, json, socket, sys, threading, time
+sock, seconds, rate, threads = sys.argv[1], 10.0, 1000, 8
+path = "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies/storm"
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(sock)
+def body(port):
+    return json.dumps({"spec": {"ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "probe"}}}],
+                                             "ports": [{"protocol": "TCP", "port": port}]}]}})
+done, failed, lock = [0], [0], threading.Lock()
+start = time.time()
+def patch(connection, port):
+    connection.request("PATCH", path, body(port), {"Content-Type": "application/merge-patch+json"})
+    response = connection.getresponse()
+    response.read()
+    return response.status == 200
+def worker(n):
+    connection, i = Unix("localhost"), n
+    while time.time() - start < seconds:
+        due = start + i / rate  # this thread's share of the schedule
+        if due > time.time():
+            time.sleep(due - time.time())
+        ok = patch(connection, 20000 + i % 20000)
+        with lock:
+            done[0] += 1
+            failed[0] += not ok
+        i += threads
+workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+for w in workers: w.start()
+for w in workers: w.join()
+elapsed = time.time() - start
+last_ok = patch(Unix("localhost"), 8080)
+print(done[0], failed[0] + (not last_ok), "%.1f" % elapsed, int(time.time() * 1000))
+PY
+agent_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$agent_pid/stat"; }
+server_ingress storm '[{ from: [{ podSelector: { matchLabels: { app: probe } } }], ports: [{ protocol: TCP, port: 19999 }] }]'
+cp_run "$cp_bin/kubectl" --kubeconfig=/etc/kubernetes/admin.conf proxy --unix-socket="$work/proxy.sock" >"$work/proxy.log" 2>&1 &
+proxy=$!
+retry 10 test -S "$work/proxy.sock"
+rm -f "$work/stop"
+ip netns exec "$id-client" python3 "$work/loop.py" "${pod_ip[server]}" "$work/stop" >"$work/loop.out" 2>&1 &
+loop=$!
+cpu_before=$(agent_cpu_ticks)
+read -r storm_n storm_failed storm_s storm_end_ms < <(python3 "$work/storm.py" "$work/proxy.sock")
+in_force_ms=never
+eventually reaches probe server 8080 >/dev/null && in_force_ms=$(($(now_ms) - storm_end_ms))
+cpu_s=$(awk -v t=$(($(agent_cpu_ticks) - cpu_before)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", t / hz }')
+touch "$work/stop"
+wait "$loop"
+read -r loop_n loop_failed < <(grep -v '^#' "$work/loop.out")
+kill "$proxy" 2>/dev/null
+pkill -f "proxy --unix-socket=$work/proxy.sock"
+echo "# update storm: ${storm_n:-0} patches of one policy in ${storm_s:-?} s ($(awk -v n="${storm_n:-0}" -v s="${storm_s:-1}" 'BEGIN { printf "%d", n / s }')/s, the API server's pace here; aimed at 1,000/s), ${storm_failed:-?} refused; the last one in force ${in_force_ms} ms after it was accepted; agent CPU ${cpu_s} s; the client's loop ${loop_n} requests, ${loop_failed} failed"
+pass_if "a storm of updates to one policy (${storm_n:-0} in ${storm_s:-?} s, none refused): the client's request loop, allowed throughout, lost nothing" \
+    eval '[[ ${storm_n:-0} -ge 1000 && ${storm_failed:-x} == 0 && ${loop_n:-0} -ge 50 && ${loop_failed:-x} == 0 ]]'
+storm_settled() { [[ $in_force_ms != never ]] && dropped probe server 8081 && isolated_by server ingress "$(rules server ingress | cut -d' ' -f2)"; }
+pass_if "... and the last version (the probe on :8080, not :8081) is in force within 5 s of the storm's end (${in_force_ms} ms), no error in status" \
+    storm_settled
+unpolicy team-a storm
+
 # --- 10. apply latency with 1,000 policies in the cluster --------------------------------------
 # bulk FIRST LAST: NetworkPolicies bulk-FIRST..LAST in namespace bulk, each
 # selecting pods that do not exist (app=other-N), with pod and ipBlock peers.
