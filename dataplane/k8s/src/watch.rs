@@ -409,52 +409,59 @@ async fn follow<K>(
                     s.server = Some(server.clone());
                     s.connects += 1;
                 });
-                // managedFields are most of an object's size and none of its meaning here.
-                let mut events = watcher(Api::<K>::all(client), watcher::Config::default())
-                    .modify(|object| object.managed_fields_mut().clear())
-                    .boxed();
+                // A resource the API server does not serve (a CRD not
+                // installed) is looked for again on this connection, quietly:
+                // a change is told once, when it goes, not at every look.
+                let mut absent = false;
                 loop {
-                    match events.next().await {
-                        Some(Ok(event)) => {
-                            writer.apply_watcher_event(&event);
-                            if matches!(event, watcher::Event::InitDone) {
-                                backoff = BACKOFF_MIN;
-                                last_reason.clear();
-                                update(&|s| {
-                                    s.connected = true;
-                                    s.synced = true;
-                                    s.error = None;
-                                });
+                    // managedFields are most of an object's size and none of its meaning here.
+                    let mut events = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+                        .modify(|object| object.managed_fields_mut().clear())
+                        .boxed();
+                    let failure = loop {
+                        match events.next().await {
+                            Some(Ok(event)) => {
+                                writer.apply_watcher_event(&event);
+                                if matches!(event, watcher::Event::InitDone) {
+                                    backoff = BACKOFF_MIN;
+                                    last_reason.clear();
+                                    update(&|s| {
+                                        s.connected = true;
+                                        s.synced = true;
+                                        s.error = None;
+                                    });
+                                }
+                                notify.send_modify(|c| c.bump(kind));
                             }
-                            notify.send_modify(|c| c.bump(kind));
+                            // A path the API server does not serve answers 404 with a plain-text body.
+                            Some(Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))) if status.code == 404 => {
+                                break None;
+                            }
+                            Some(Err(e)) => break Some(format!("watching {what} at {server}: {e}")),
+                            None => break Some(format!("the watch on {server} ended")),
                         }
-                        // A path the API server does not serve answers 404 with a plain-text body.
-                        Some(Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))) if status.code == 404 => {
-                            break String::new();
-                        }
-                        Some(Err(e)) => break format!("watching {what} at {server}: {e}"),
-                        None => break format!("the watch on {server} ended"),
+                    };
+                    if let Some(failure) = failure {
+                        break failure;
                     }
+                    if !absent {
+                        // None of these objects exist.
+                        log::info!("Kubernetes API: {what} are not served (their CRD is not installed); none apply until it is");
+                        absent = true;
+                        last_reason.clear();
+                        writer.apply_watcher_event(&watcher::Event::Init);
+                        writer.apply_watcher_event(&watcher::Event::InitDone);
+                        update(&|s| {
+                            s.connected = true;
+                            s.synced = true;
+                            s.error = None;
+                        });
+                        notify.send_modify(|c| c.bump(kind));
+                    }
+                    tokio::time::sleep(ABSENT_POLL).await;
                 }
             }
         };
-        if reason.is_empty() {
-            // Not served (a CRD not installed): none of these objects exist.
-            if last_reason != "absent" {
-                log::info!("Kubernetes API: {what} are not served (their CRD is not installed); none apply until it is");
-                last_reason = "absent".into();
-            }
-            writer.apply_watcher_event(&watcher::Event::Init);
-            writer.apply_watcher_event(&watcher::Event::InitDone);
-            update(&|s| {
-                s.connected = true;
-                s.synced = true;
-                s.error = None;
-            });
-            notify.send_modify(|c| c.bump(kind));
-            tokio::time::sleep(ABSENT_POLL).await;
-            continue;
-        }
         // The same failure again and again is said once.
         if reason != last_reason {
             log::warn!("Kubernetes API: {reason}; retrying with backoff (up to {} s)", BACKOFF_MAX.as_secs());
