@@ -647,6 +647,24 @@ pass_if "an ipBlock with host bits (fd00:9::1/64): named in status --json policy
 pass_if "an except outside its cidr (fd00:8::/64 in fd00:9::/64): named in status --json policy.problems, or refused by the API server" \
     bad except-outside '[{ from: [{ ipBlock: { cidr: "fd00:9::/64", except: ["fd00:8::/64"] } }], ports: [{ protocol: TCP, port: 8081 }] }]' \
     "outside the cidr" "must be a strict subset of"
+# Over capacity: 70 rules, each on its own port, are 70 classes of the 64 a
+# direction may have (docs/policy.md).
+rules=$(for port in $(seq 10001 10070); do printf '{ from: [{ podSelector: { matchLabels: { app: client } } }], ports: [{ protocol: TCP, port: %d }] }, ' "$port"; done)
+before=$(rules_id server ingress)
+server_ingress too-many-ports "[${rules%, }]"
+over_capacity() {
+    local id error
+    id=$(rules_id server ingress)
+    error=$(jq_status --arg a "${pod_ip[server]}" '.policy.pods[] | select(.address == $a) | .ingress.error // ""')
+    [[ "$id" == "$before" && "$error" == *classes* ]] || { echo "# rules id before: $before; now: $id; error: $error"; return 1; }
+}
+pass_if "a policy of 70 rules on 70 ports (64 classes a direction): status --json shows the server's ingress error, its rules id unchanged (the last good rules)" \
+    eventually over_capacity
+pass_if "... which stay enforced: client -> :8080 passes, other and the client's UDP are dropped" \
+    eval 'reaches client server 8080 && dropped other server 8080 && udp_dropped client server'
+capacity_event() { kc -n team-a get events --field-selector reason=NotEnforced,involvedObject.name=too-many-ports -o jsonpath='{.items[*].message}' | grep -q "last good rules stay"; }
+pass_if "... and a Warning Event (NotEnforced) on team-a/too-many-ports says so" eventually capacity_event
+unpolicy team-a too-many-ports
 config enforce $'[nat64]\nprefix = "64:ff9b:1::/64"'
 reloaded() { in_node "$bin" reload --pid "$agent_pid"; }
 pass_if "reload with nat64.prefix 64:ff9b:1::/64 (no /96) accepted" reloaded

@@ -441,15 +441,20 @@ impl Daemon {
         let nat64_prefix = Some(config.nat64.prefix);
         let masquerade = self.shared.node_pod_prefix().and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()));
         let Some(view) = cluster.policies(nat64_prefix, masquerade, &self.endpoints.pod_addresses()) else { return };
-        cluster.report_policies(&view);
         match self.policies.sync(&self.shared.paths.pin_dir, &view, config.policy.mode) {
             Ok(next) => {
+                let mut problems = view.problems.clone();
+                problems.extend(next.table_problems());
+                cluster.report_policies(&problems);
                 if next.rewritten > 0 {
                     log::info!("policy: {} pod(s) given new rules in {:.1} ms", next.rewritten, next.sync_ms);
                 }
                 self.shared.update_if_changed(|s| &mut s.policy, Some(next));
             }
-            Err(e) => log::debug!("policy tables not written: {e:#}"),
+            Err(e) => {
+                cluster.report_policies(&view.problems);
+                log::debug!("policy tables not written: {e:#}");
+            }
         }
     }
 

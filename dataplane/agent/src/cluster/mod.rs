@@ -102,9 +102,11 @@ impl Cluster {
         self.watch.policies(nat64_prefix, masquerade, cni_addresses)
     }
 
-    /// Warning Events on the NetworkPolicies the view refused or clamped part of.
-    pub fn report_policies(&self, view: &v6node_k8s::PolicyView) {
-        self.watch.report_policies(&view.problems);
+    /// Warning Events on the NetworkPolicies and ClusterNetworkPolicies
+    /// with these problems (what the view refused or clamped, and rules the
+    /// tables could not take).
+    pub fn report_policies(&self, problems: &[v6node_k8s::PolicyProblem]) {
+        self.watch.report_policies(problems);
     }
 
     /// Warning Events on the Services the view could not serve as written.

@@ -83,6 +83,32 @@ pub struct PolicyState {
     pub sync_ms: f64,
 }
 
+impl PolicyState {
+    /// Each pod direction whose rules are not in force, as a problem of
+    /// every policy that selects it there, so the policy's Events say it.
+    pub fn table_problems(&self) -> Vec<PolicyProblem> {
+        let mut problems = Vec::new();
+        for pod in &self.pods {
+            for (direction, state) in DIRECTIONS.iter().zip([&pod.ingress, &pod.egress]) {
+                let Some((state, error)) = state.as_ref().and_then(|s| s.error.as_ref().map(|e| (s, e))) else { continue };
+                for policy in &state.policies {
+                    // "namespace/name", or a ClusterNetworkPolicy's "Tier:name".
+                    let (namespace, name) = match policy.split_once('/') {
+                        Some((namespace, name)) => (namespace, name),
+                        None => ("", policy.split_once(':').map_or(policy.as_str(), |(_, name)| name)),
+                    };
+                    problems.push(PolicyProblem {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        message: format!("pod {} ({}), {direction}: {error}; its last good rules stay", pod.pod, pod.address),
+                    });
+                }
+            }
+        }
+        problems
+    }
+}
+
 /// One direction's rules as written.
 #[derive(Clone, PartialEq)]
 struct Written {
