@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Entry points; the work is done by scripts/ and tests/.
 
-.PHONY: image kubernetes dataplane cluster cluster-down test test-cluster test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-e2e-more test-conformance conformance conformance-services conformance-netpol bench clean
+.PHONY: image kubernetes dataplane cluster cluster-down test test-cluster test-lint test-rust test-bpf test-host test-netns test-image test-e2e test-e2e-more test-conformance conformance conformance-services conformance-netpol conformance-cnp bench clean
 
 ## Install what is missing (host packages, pinned mkosi) and build the image
 ## and the Kubernetes sysext (mkosi.output/v6node_*.raw, kubernetes.raw).
@@ -88,6 +88,12 @@ conformance-services:
 ## two-node make cluster (tests/conformance/run --netpol).
 conformance-netpol:
 	tests/conformance/run --netpol
+
+## sigs.k8s.io/network-policy-api's ClusterNetworkPolicy conformance suite,
+## standard and experimental, against a two-node make cluster
+## (tests/conformance/run --cnp).
+conformance-cnp:
+	tests/conformance/run --cnp
 
 ## Figures (not tests), recorded in tests/bench/RESULTS.md: the dataplane
 ## agent against bpftool, the translator against plain forwarding and tayga,
