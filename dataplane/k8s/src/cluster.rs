@@ -153,12 +153,22 @@ pub fn reporter<'a>(nodes: impl Iterator<Item = &'a Node> + Clone) -> Option<&'a
 
 /// A Node's IPv6 InternalIPs, in the order its status lists them.
 pub fn internal_ipv6(node: &Node) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    ipv6_of(node, |kind| kind == "InternalIP")
+}
+
+/// A Node's IPv6 addresses of every type (a ClusterNetworkPolicy's `nodes`
+/// peer takes them all).
+pub fn every_ipv6(node: &Node) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    ipv6_of(node, |_| true)
+}
+
+fn ipv6_of(node: &Node, wanted: fn(&str) -> bool) -> impl Iterator<Item = Ipv6Addr> + '_ {
     node.status
         .as_ref()
         .and_then(|s| s.addresses.as_ref())
         .into_iter()
         .flatten()
-        .filter(|a| a.type_ == "InternalIP")
+        .filter(move |a| wanted(&a.type_))
         .filter_map(|a| a.address.parse::<Ipv6Addr>().ok())
 }
 

@@ -274,7 +274,7 @@ impl Compiler<'_, '_> {
             if let Some(selector) = &peer.nodes {
                 if self.usable(selector, &place) {
                     for node in nodes.iter().filter(|n| selects(selector, n.metadata.labels.as_ref())) {
-                        blocks.extend(node_addresses(node).map(host_block));
+                        blocks.extend(crate::cluster::every_ipv6(node).map(host_block));
                     }
                 }
             } else if let Some(networks) = &peer.networks {
@@ -358,16 +358,6 @@ impl Compiler<'_, '_> {
     }
 }
 
-/// A Node's IPv6 addresses of every type, as a `nodes` peer takes them.
-fn node_addresses(node: &Node) -> impl Iterator<Item = std::net::Ipv6Addr> + '_ {
-    node.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.address.parse::<std::net::Ipv6Addr>().ok())
-}
-
 /// The policies with a spec, in precedence order (tier, priority, name).
 pub(super) fn sorted(policies: Vec<&ClusterNetworkPolicy>) -> Vec<(&ClusterNetworkPolicy, &Spec)> {
     let mut sorted: Vec<(&ClusterNetworkPolicy, &Spec)> =
@@ -398,7 +388,7 @@ mod tests {
     use super::super::{
         build,
         tests::{hosts, ip, messages, namespace, net, plain_pod, pod, reversed, rule, tcp, NODE},
-        DirectionRules, Objects, PolicyView, Tier,
+        DirectionRules, Objects, PolicyView,
     };
     use super::*;
 
@@ -490,8 +480,6 @@ mod tests {
         assert_eq!(db.baseline, vec![tiered(Action::Deny, all, Ports::Any)]);
         assert!(forward.problems.is_empty(), "{:?}", messages(&forward));
         assert_eq!(forward, view(&reversed(&pods()), &[], &reversed(&policies)));
-        assert_eq!(db.admin.iter().filter(|r| r.action == Action::Accept).count(), 1);
-        assert_eq!(super::tier(&policies[2].spec.clone().unwrap()), Some(Tier::Baseline));
     }
 
     #[test]
