@@ -15,6 +15,10 @@ fn main() {
         .rustified_enum("v6n_reason")
         .rustified_enum("v6n_direction")
         .rustified_enum("v6n_policy_direction")
+        .rustified_enum("v6n_event_kind")
+        // Evaluates macros built of enum constants (V6N_REASONS_FORWARDING)
+        // with clang itself.
+        .clang_macro_fallback()
         .derive_default(true)
         .derive_eq(true)
         .derive_hash(true)

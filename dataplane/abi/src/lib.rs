@@ -25,6 +25,10 @@ pub use generated::{
     V6N_MAGLEV_SIZE as MAGLEV_SIZE, V6N_SERVICE_EXTERNAL as SERVICE_EXTERNAL, V6N_XLAT4_MAX as XLAT4_MAX,
 };
 pub use generated::{
+    v6n_event_config as EventConfig, v6n_event_kind as EventKind, v6n_event_stats as EventStats, v6n_flow_event as FlowEvent,
+    V6N_EVENTS_RING_BYTES as EVENTS_RING_BYTES, V6N_EVENT_SERVICE as EVENT_SERVICE, V6N_EVENT_XLAT as EVENT_XLAT,
+};
+pub use generated::{
     v6n_nat46_frontend as Nat46Frontend, v6n_nat46_frontend_key as Nat46FrontendKey,
     V6N_NAT46_BACKENDS_MAX as NAT46_BACKENDS_MAX, V6N_NAT46_FRONTENDS_MAX as NAT46_FRONTENDS_MAX,
     V6N_NAT46_STATE_MAX as NAT46_STATE_MAX, V6N_NAT46_VIPS_MAX as NAT46_VIPS_MAX,
@@ -83,6 +87,8 @@ mod pod {
     unsafe impl aya::Pod for PolicyClasses {}
     unsafe impl aya::Pod for PolicyCtKey {}
     unsafe impl aya::Pod for PolicyCtValue {}
+    unsafe impl aya::Pod for EventConfig {}
+    unsafe impl aya::Pod for EventStats {}
 }
 
 /// Names of the maps userspace opens, as the BPF headers declare them (each
@@ -129,6 +135,10 @@ pub mod maps {
     pub const POLICY_PORTS: &str = "v6n_policy_ports";
     pub const POLICY_CT: &str = "v6n_policy_ct";
     pub const POLICY_DENIED: &str = "v6n_policy_denied";
+    /// Declared in `bpf/lib/events.h`: flow events.
+    pub const EVENTS: &str = "v6n_events";
+    pub const EVENT_CONFIG: &str = "v6n_event_config";
+    pub const EVENT_STATS: &str = "v6n_event_stats";
 }
 
 impl Reason {
@@ -202,18 +212,9 @@ impl Reason {
         Self::ALL.get(usize::from(value)).copied()
     }
 
+    /// A drop, as the BPF side tells one (V6N_REASONS_FORWARDING).
     pub fn is_drop(self) -> bool {
-        !matches!(
-            self,
-            Reason::V6N_REASON_PASS
-                | Reason::V6N_REASON_XLAT_FORWARDED
-                | Reason::V6N_REASON_XLAT_TO_STACK
-                | Reason::V6N_REASON_XLAT_TO_FRAGMENT
-                | Reason::V6N_REASON_ROUTED
-                | Reason::V6N_REASON_LB_TRANSLATED
-                | Reason::V6N_REASON_LB_TRACKED
-                | Reason::V6N_REASON_POLICY_AUDIT
-        )
+        u64::from(generated::V6N_REASONS_FORWARDING) & (1u64 << self as u32) == 0
     }
 }
 
@@ -260,6 +261,18 @@ mod tests {
         let names: std::collections::BTreeSet<_> = Reason::ALL.iter().map(|r| r.name()).collect();
         assert_eq!(names.len(), Reason::ALL.len());
         assert!(!names.contains("invalid"));
+    }
+
+    #[test]
+    fn the_drops_are_the_reasons_named_drop() {
+        for reason in Reason::ALL {
+            assert_eq!(reason.is_drop(), format!("{reason:?}").contains("_DROP_"), "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn a_flow_event_has_no_implicit_padding() {
+        assert_eq!(std::mem::size_of::<FlowEvent>(), 112);
     }
 
     #[test]

@@ -12,13 +12,14 @@ use std::net::Ipv6Addr;
 use aya::maps::{HashMap, MapData};
 use common::{
     counted,
+    events::{events, set_events},
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
     try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, LB_DSR};
+use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR};
 
 const NODE_PORT: u16 = 30080;
 const TARGET_PORT: u16 = 8080;
@@ -163,6 +164,33 @@ fn a_backend_on_another_node_gets_the_connection_from_the_masquerade_address() {
     assert_eq!(tuple(&reply.packet), (NODE, NODE_PORT, SECOND_CLIENT, CLIENT_PORT));
     assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 2);
     assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRACKED), 2);
+}
+
+#[test]
+fn a_new_connection_is_one_flow_event_naming_its_frontend_and_the_backend_chosen() {
+    let mut node = Node::new("nodeport-event", 0);
+    node.node_port(TCP, &[(OTHER_POD, TARGET_PORT)], None);
+    set_events(&mut node.host, true, 1000, 100);
+    node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true));
+    let sent = events(&mut node.host);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let e = &sent[0];
+    assert_eq!((e.reason, e.direction), (Reason::V6N_REASON_LB_TRANSLATED as u8, Direction::V6N_DIRECTION_INGRESS as u8));
+    assert_eq!(e.translated, (EVENT_SERVICE | EVENT_XLAT) as u8);
+    assert_eq!(e.frontend, 1);
+    // Before: the client to the NodePort; the packet as it left: masqueraded, to the backend.
+    assert_eq!(
+        (Ipv6Addr::from(e.xlat_saddr), u16::from_be(e.xlat_sport), Ipv6Addr::from(e.xlat_daddr), u16::from_be(e.xlat_dport)),
+        (REMOTE, CLIENT_PORT, NODE, NODE_PORT)
+    );
+    assert_eq!(
+        (Ipv6Addr::from(e.saddr), u16::from_be(e.sport), Ipv6Addr::from(e.daddr), u16::from_be(e.dport)),
+        (MASQUERADE, CLIENT_PORT, OTHER_POD, TARGET_PORT)
+    );
+    // The connection's next packet and the reply are no new flows.
+    node.arrived_on_uplink(&segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false));
+    node.arrived_on_uplink(&segment(TCP, OTHER_POD, TARGET_PORT, MASQUERADE, CLIENT_PORT, false));
+    assert!(events(&mut node.host).is_empty());
 }
 
 #[test]

@@ -450,6 +450,7 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 	s->client_key.proto = s->l4.proto;
 
 	struct v6n_ct_value *binding = NULL;
+	int bound = 0;
 	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key);
 	if (out) {
 		v6n_nat64_pool_key(&s->pool_key, out->saddr + 12, out->sport, s->l4.proto);
@@ -467,6 +468,7 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 		binding = bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key);
 		if (!binding)
 			return -V6N_REASON_DROP_STATE_FULL;
+		bound = 1;
 	}
 	v6n_nat64_touch(binding, &s->l4, 0, now);
 	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
@@ -483,6 +485,8 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 	reason = v6n_nat64_write_port(skb, &s->l4, s->pool_key.dport);
 	if (reason)
 		return -reason;
+	if (bound)
+		v6n_event_note_nat64(s->client_key.saddr, s->client_key.sport, server);
 	__be32 pool;
 	__builtin_memcpy(&pool, s->pool_key.daddr + 12, 4);
 	return (__s64)(__u32)pool;

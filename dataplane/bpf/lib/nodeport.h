@@ -444,6 +444,7 @@ static __always_inline enum v6n_reason v6n_nodeport_new(struct __sk_buff *skb, c
 		}
 	}
 	bpf_map_update_elem(&v6n_ct, &flow->key, out, BPF_ANY);
+	v6n_event_note_xlat(V6N_EVENT_SERVICE, frontend, flow->key.saddr, flow->key.sport, flow->key.daddr, flow->key.dport);
 	return V6N_REASON_LB_TRANSLATED;
 }
 

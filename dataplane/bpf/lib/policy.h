@@ -297,22 +297,28 @@ static __noinline enum v6n_reason v6n_policy_judge(struct __sk_buff *skb, const 
 		rules = ingress ? &pod->direction[V6N_POLICY_INGRESS] : &pod->direction[V6N_POLICY_EGRESS];
 	__u32 id = rules ? rules->id : 0;
 
+	__u8 pod_direction = ingress ? V6N_DIRECTION_TO_POD : V6N_DIRECTION_FROM_POD;
 	if (id && !v6n_policy_allows(rules, flow)) {
 		v6n_count(&v6n_policy_denied, &id, skb->len);
-		if (!(rules->flags & V6N_POLICY_AUDIT))
+		if (!(rules->flags & V6N_POLICY_AUDIT)) {
+			v6n_event_note(flow->key.direction, id, V6N_NOTE_DENIED);
 			return ingress ? V6N_REASON_DROP_POLICY_INGRESS : V6N_REASON_DROP_POLICY_EGRESS;
+		}
 		/* Audited: counted apart from the packet's own verdict, not
 		 * tracked, so each packet the policy would deny is counted. */
-		v6n_record(skb->ifindex, ingress ? V6N_DIRECTION_TO_POD : V6N_DIRECTION_FROM_POD, V6N_REASON_POLICY_AUDIT,
-			   skb->len);
+		v6n_record(skb->ifindex, pod_direction, V6N_REASON_POLICY_AUDIT, skb->len);
+		v6n_event_note(flow->key.direction, id, V6N_NOTE_AUDITED);
 		return V6N_REASON_PASS;
 	}
 	if (flow->error)
 		return V6N_REASON_PASS;
+	/* A new connection of the pod's, in this direction: tracked, and noted
+	 * for its flow event. */
 	struct v6n_policy_ct_value entry = { .last_seen_ns = now, .id = id };
 	bpf_map_update_elem(&v6n_policy_ct, &flow->key, &entry, BPF_ANY);
 	if (also)
 		bpf_map_update_elem(&v6n_policy_ct, also, &entry, BPF_ANY);
+	v6n_event_note(flow->key.direction, id, V6N_NOTE_NEW_FLOW);
 	return V6N_REASON_PASS;
 }
 

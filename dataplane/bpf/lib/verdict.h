@@ -3,9 +3,8 @@
  * The one exit of every program: where a packet's (or a socket call's) fate
  * is decided for the record. Each program returns through v6n_exit (tc) or
  * v6n_exit_socket (cgroup hooks), with the reason for its action; both
- * record through v6n_record, so whatever is to see every verdict (the
- * counters today; flow events and policy verdicts next) is added there
- * once. A program that leaves a packet to the next one in the tcx chain
+ * record through v6n_record, so whatever is to see every verdict is added
+ * there once: the counters, and a flow event for every drop (events.h). A program that leaves a packet to the next one in the tcx chain
  * without deciding anything about it (not its kind of traffic) returns
  * TCX_NEXT without a record: the program that decides records it.
  */
@@ -16,6 +15,7 @@
 #include <bpf/bpf_helpers.h>
 #include <v6node/abi.h>
 
+#include "events.h"
 #include "maps.h"
 
 /*
@@ -57,9 +57,10 @@ static __always_inline void v6n_record(__u32 ifindex, __u8 direction, __u8 reaso
 }
 
 /* A tc program's exit: records `reason` for the packet, returns `action`. */
-static __always_inline int v6n_exit(const struct __sk_buff *skb, __u8 direction, enum v6n_reason reason, int action)
+static __always_inline int v6n_exit(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason, int action)
 {
 	v6n_record(skb->ifindex, direction, reason, skb->len);
+	v6n_event_at_exit(skb, direction, reason);
 	return action;
 }
 

@@ -21,6 +21,7 @@
 
 #include "csum.h"
 #include "fib.h"
+#include "rate.h"
 
 
 #define V6N_ETH_HLEN 14
@@ -97,16 +98,10 @@ __noinline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, __u32 len)
 /*
  * Errors the translator sends are rate limited, as the kernel limits its own
  * (net.ipv4.icmp_msgs_per_sec, 1000/s with a burst of 50): otherwise a flood
- * of TTL-1 packets would be answered at line rate. One bucket for the node,
- * updated without atomics; a race lets an extra error through, no more.
+ * of TTL-1 packets would be answered at line rate. One bucket for the node.
  */
 #define V6N_ICMP_ERRORS_PER_SEC 1000
 #define V6N_ICMP_ERRORS_BURST 50
-
-struct v6n_token_bucket {
-	__u64 refilled_ns;
-	__u64 tokens;
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -117,24 +112,10 @@ struct {
 
 static __always_inline int v6n_icmp_error_allowed(void)
 {
-	const __u64 interval = 1000000000ULL / V6N_ICMP_ERRORS_PER_SEC;
 	__u32 zero = 0;
 	struct v6n_token_bucket *bucket = bpf_map_lookup_elem(&v6n_icmp_rate, &zero);
-	__u64 now = bpf_ktime_get_ns();
 
-	if (!bucket)
-		return 0;
-	__u64 earned = (now - bucket->refilled_ns) / interval;
-	if (earned) {
-		__u64 tokens = bucket->tokens + earned;
-
-		bucket->tokens = tokens > V6N_ICMP_ERRORS_BURST ? V6N_ICMP_ERRORS_BURST : tokens;
-		bucket->refilled_ns = now;
-	}
-	if (!bucket->tokens)
-		return 0;
-	bucket->tokens--;
-	return 1;
+	return bucket && v6n_take_token(bucket, V6N_ICMP_ERRORS_PER_SEC, V6N_ICMP_ERRORS_BURST, bpf_ktime_get_ns());
 }
 
 /*

@@ -5,6 +5,7 @@
 //! built by hand with an independent checksum checker (`packet.rs`).
 #![allow(dead_code)]
 
+pub mod events;
 pub mod lb;
 pub mod nat64;
 pub mod node;

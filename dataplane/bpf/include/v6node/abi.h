@@ -539,4 +539,76 @@ struct v6n_policy_ct_value {
 #define V6N_POLICY_CT_MAX 262144
 #define V6N_POLICY_DENIED_MAX 131072
 
+/*
+ * Flow events (bpf/lib/events.h): what the datapath decided, for the agent
+ * to turn into flows (Hubble's API, the flow log). One event per dropped
+ * packet, and one per new flow at each decision that starts one (a pod's
+ * first packet of a connection, a policy's verdict on it, a Service's
+ * backend, a NAT64 binding); forwarded packets of known flows send none.
+ * Each reason has its own per-CPU token bucket, so a flood of one kind of
+ * drop cannot crowd out the others or the agent.
+ */
+enum v6n_event_kind {
+	V6N_EVENT_DROP = 1, /* a packet dropped; reason says why */
+	V6N_EVENT_FLOW = 2, /* a new flow forwarded; reason says how */
+};
+
+/* Which of enum v6n_reason are not drops: a bit per reason. */
+#define V6N_REASONS_FORWARDING                                                              \
+	((1ULL << V6N_REASON_PASS) | (1ULL << V6N_REASON_XLAT_FORWARDED) |                  \
+	 (1ULL << V6N_REASON_XLAT_TO_STACK) | (1ULL << V6N_REASON_XLAT_TO_FRAGMENT) |        \
+	 (1ULL << V6N_REASON_ROUTED) | (1ULL << V6N_REASON_LB_TRANSLATED) |                 \
+	 (1ULL << V6N_REASON_LB_TRACKED) | (1ULL << V6N_REASON_POLICY_AUDIT))
+
+/* The event's own fields, before the packet's headers: an IPv4 address is
+ * IPv4-mapped (::ffff:a.b.c.d). */
+struct v6n_flow_event {
+	__u64 time_ns;   /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 cookie;    /* the socket's (bpf_get_socket_cookie), or 0 */
+	__u32 ifindex;   /* the device (0: a socket hook) */
+	__u32 len;       /* the packet's length (0: a socket hook) */
+	__u32 policy_id; /* the pod's policy rules that judged it (0: none) */
+	__u8 kind;       /* enum v6n_event_kind */
+	__u8 reason;     /* enum v6n_reason */
+	__u8 direction;  /* enum v6n_direction */
+	__u8 protocol;   /* IPPROTO_* of the transport (0: not reached) */
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;     /* network byte order; an echo's identifier */
+	__u16 dport;
+	__u8 tcp_flags;  /* FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10 */
+	__u8 icmp_type;
+	__u8 icmp_code;
+	__u8 translated; /* V6N_EVENT_SERVICE, V6N_EVENT_XLAT */
+	/* Where the flow was sent: a Service's chosen backend (the packet's
+	 * own addresses are then the frontend's), a NAT64 binding's IPv4 side. */
+	__u8 xlat_saddr[16];
+	__u8 xlat_daddr[16];
+	__u16 xlat_sport;
+	__u16 xlat_dport;
+	__u32 frontend; /* the Service frontend's id (with V6N_EVENT_SERVICE) */
+};
+
+/* The event's `translated` bits. */
+#define V6N_EVENT_SERVICE 1 /* the flow is a Service's: frontend says which */
+#define V6N_EVENT_XLAT 2    /* xlat_*: the flow as it left (a backend, a NAT64 binding) */
+
+/* v6n_event_config: array, key 0. Written by the agent; all zero (before
+ * the agent writes it) sends no events. */
+struct v6n_event_config {
+	__u32 enabled;         /* 0: no events at all */
+	__u32 per_second;      /* each reason's rate, per CPU */
+	__u32 burst;           /* each reason's bucket */
+};
+
+/* v6n_event_stats: per-CPU array by reason: what was sent, what the rate
+ * limit held back, what found the ring full. */
+struct v6n_event_stats {
+	__u64 sent;
+	__u64 rate_limited;
+	__u64 ring_full;
+};
+
+#define V6N_EVENTS_RING_BYTES (4 * 1024 * 1024)
+
 #endif /* V6NODE_ABI_H */
