@@ -37,7 +37,9 @@ use crate::{
     conntrack,
     devices::{self, Devices},
     endpoints::Endpoints,
-    files, filter, logging, metrics,
+    files, filter,
+    flows::{self, FlowService},
+    logging, metrics,
     nat::Nat,
     paths::Paths,
     policy::PolicyTables,
@@ -86,6 +88,7 @@ struct Daemon {
     services: ServiceProxy,
     policies: PolicyTables,
     nat: Nat,
+    flows: FlowService,
 }
 
 /// What a burst of API changes asks to run again: the whole cluster side
@@ -180,6 +183,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         }),
         policies: PolicyTables::default(),
         nat: Nat::default(),
+        flows: FlowService::default(),
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -396,6 +400,7 @@ impl Daemon {
         self.sync_devices().await;
         self.services.forget();
         self.reconcile_cluster().await;
+        self.sync_flows().await;
         self.update(|s| s.resyncs += 1);
     }
 
@@ -428,6 +433,7 @@ impl Daemon {
         if next.is_some() {
             self.shared.update_if_changed(|s| &mut s.services, next);
         }
+        self.name_flows();
     }
 
     /// The policy tables from the policies view. Until Pods, Namespaces
@@ -456,6 +462,44 @@ impl Daemon {
                 log::debug!("policy tables not written: {e:#}");
             }
         }
+        self.name_flows();
+    }
+
+    /// What flows name from now on: pods, the policies behind each rules
+    /// id, the Services behind each frontend id.
+    fn name_flows(&self) {
+        let Some(cluster) = &self.cluster else { return };
+        let mut names = flows::Names::default();
+        for pod in cluster.pod_addresses(&self.endpoints.pod_addresses()).unwrap_or_default() {
+            let name = flows::PodName {
+                namespace: pod.namespace,
+                name: pod.name,
+                labels: pod.labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                node: pod.node,
+            };
+            for address in pod.addresses {
+                names.pods.insert(address, name.clone());
+            }
+        }
+        self.shared.read(|s| {
+            for pod in s.policy.iter().flat_map(|p| &p.pods) {
+                for direction in [&pod.ingress, &pod.egress].into_iter().flatten() {
+                    names.policies.insert(direction.id, direction.policies.clone());
+                }
+            }
+            for frontend in s.services.iter().flat_map(|s| &s.frontends) {
+                names.services.insert(frontend.id, frontend.frontend.service.clone());
+            }
+        });
+        self.flows.set_names(names);
+    }
+
+    /// Flow visibility as `[flows]` says; the event ring is read once a
+    /// device's programs have pinned it.
+    async fn sync_flows(&mut self) {
+        let node = self.cluster.as_ref().map(|c| c.settings().node_name.clone()).unwrap_or_else(cluster::host_name);
+        let state = self.flows.sync(&self.shared.paths.pin_dir, &node, &self.loaded.config.flows).await;
+        self.shared.update_if_changed(|s| &mut s.flows, Some(state));
     }
 
     async fn sync_devices(&mut self) -> bool {
@@ -532,6 +576,7 @@ impl Daemon {
             devices::selftest(&self.shared);
         }
         self.metrics.sync(&self.shared, config).await;
+        self.sync_flows().await;
         // routing.* decides how an unreachable peer is reported, and what bird announces.
         self.reconcile_cluster().await;
         Ok(())

@@ -13,6 +13,7 @@ mod devices;
 mod endpoints;
 mod files;
 mod filter;
+mod flows;
 mod linkinfo;
 mod logging;
 mod main_table;

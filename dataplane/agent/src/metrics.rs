@@ -86,6 +86,7 @@ pub fn render(paths: &Paths, state: &State) -> String {
             );
         }
     }
+    flow_families(&mut out, paths);
     let attached = state.attachments.iter().filter(|a| a.error.is_none()).count();
     let reload_ok = state.last_reload.as_ref().is_none_or(|r| r.ok);
     let gauges = [
@@ -259,6 +260,40 @@ where
     }
 }
 
+/// Flows the agent made of the datapath's events, and what became of the
+/// events themselves (sent, held back by the rate limit, lost to a full
+/// ring) by reason, from the kernel now.
+fn flow_families(out: &mut String, paths: &Paths) {
+    let name = "v6node_flows_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Flows (new flows and drops) the agent read from the datapath, by verdict, reason, protocol and direction.\n# TYPE {name} counter"
+    );
+    for (l, count) in crate::flows::counts::snapshot() {
+        let _ = writeln!(
+            out,
+            "{name}{{verdict=\"{}\",reason=\"{}\",protocol=\"{}\",direction=\"{}\"}} {count}",
+            l.verdict, l.reason, l.protocol, l.direction
+        );
+    }
+    let name = "v6node_flow_events_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The datapath's flow events by reason and what became of them: sent, rate_limited, ring_full.\n# TYPE {name} counter"
+    );
+    for row in crate::flows::event_counts(&paths.pin_dir).unwrap_or_default() {
+        for (outcome, value) in [("sent", row.sent), ("rate_limited", row.rate_limited), ("ring_full", row.ring_full)] {
+            let _ = writeln!(out, "{name}{{reason=\"{}\",outcome=\"{outcome}\"}} {value}", row.reason);
+        }
+    }
+    let name = "v6node_flows_lost_total";
+    let lost = crate::flows::counts::LOST_TO_FOLLOWERS.load(std::sync::atomic::Ordering::Relaxed);
+    let _ = writeln!(
+        out,
+        "# HELP {name} Flows the agent had but could not hand on, by cause.\n# TYPE {name} counter\n{name}{{cause=\"slow_client\"}} {lost}"
+    );
+}
+
 /// Binds now (so a bad address is reported at once) and serves in a task.
 async fn start(listen: &MetricsListen, paths: Arc<Paths>, state: Arc<Mutex<State>>) -> Result<JoinHandle<()>> {
     Ok(match listen {
@@ -305,9 +340,13 @@ mod tests {
         let paths =
             Paths { pin_dir: "/nonexistent".into(), state_dir: "/s".into(), config_root: "/".into(), cni_conf_dir: "/c".into() };
         let text = render(&paths, &State::default());
-        for family in
-            ["v6node_dataplane_packets_total", "v6node_dataplane_config_generation", "v6node_dataplane_last_reload_success"]
-        {
+        for family in [
+            "v6node_dataplane_packets_total",
+            "v6node_dataplane_config_generation",
+            "v6node_dataplane_last_reload_success",
+            "v6node_flows_total",
+            "v6node_flow_events_total",
+        ] {
             assert!(text.contains(&format!("# TYPE {family} ")), "{family} in\n{text}");
         }
         assert!(text.contains("v6node_dataplane_last_reload_success 1\n"));

@@ -63,6 +63,9 @@ pub struct State {
     /// listed and written once.
     #[serde(default)]
     pub policy: Option<crate::policy::PolicyState>,
+    /// Flow visibility as configured; None until the configuration was applied.
+    #[serde(default)]
+    pub flows: Option<crate::flows::FlowsState>,
     /// What bird was configured with; None while routing.asn is unset.
     #[serde(default)]
     pub bgp: Option<crate::cluster::bgp::BgpState>,

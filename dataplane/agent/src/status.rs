@@ -46,6 +46,8 @@ struct Status {
     services: Option<Services>,
     /// Network policy; null until the API's policies were written once.
     policy: Option<Policy>,
+    /// Flow visibility; null until the configuration was applied.
+    flows: Option<Flows>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
 }
@@ -74,6 +76,15 @@ struct Policy {
     recorded: crate::policy::PolicyState,
     /// Packets denied (or, audited, that would have been) per rules id, from the kernel now.
     denied: std::collections::BTreeMap<u32, u64>,
+}
+
+#[derive(Serialize)]
+struct Flows {
+    #[serde(flatten)]
+    recorded: crate::flows::FlowsState,
+    /// The datapath's flow events by reason, from the kernel now: sent,
+    /// held back by the rate limit, lost to a full ring.
+    events: Vec<crate::flows::EventCounts>,
 }
 
 #[derive(Serialize)]
@@ -182,6 +193,12 @@ fn collect(paths: &Paths) -> Result<Status> {
         }
         Policy { recorded, denied: crate::policy::denied_by_id(&paths.pin_dir) }
     });
+    let flows = recorded.flows.clone().map(|recorded| {
+        if let Some(e) = &recorded.error {
+            problems.push(format!("flows: {e}"));
+        }
+        Flows { recorded, events: crate::flows::event_counts(&paths.pin_dir).unwrap_or_default() }
+    });
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
     }
@@ -214,6 +231,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         selftest: recorded.selftest,
         services,
         policy,
+        flows,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -409,6 +427,7 @@ fn human(status: &Status) -> String {
     }
     services_section(&mut out, status);
     policy_section(&mut out, status);
+    flows_section(&mut out, status);
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status
         .counters
@@ -567,6 +586,22 @@ fn policy_section(out: &mut String, status: &Status) {
     for problem in &p.problems {
         let _ = writeln!(out, "  policy {}/{}: {}", problem.namespace, problem.name, problem.message);
     }
+}
+
+fn flows_section(out: &mut String, status: &Status) {
+    let Some(flows) = &status.flows else {
+        return;
+    };
+    let total = |pick: fn(&crate::flows::EventCounts) -> u64| flows.events.iter().map(pick).sum::<u64>();
+    let _ = writeln!(
+        out,
+        "\nflows:       {}; Hubble's API {}; events sent {}, rate-limited {}, lost to a full ring {}",
+        if flows.recorded.enabled { "on" } else { "off" },
+        if flows.recorded.hubble.is_empty() { "off" } else { &flows.recorded.hubble },
+        total(|e| e.sent),
+        total(|e| e.rate_limited),
+        total(|e| e.ring_full)
+    );
 }
 
 fn bgp_section(out: &mut String, bgp: &Bgp) {

@@ -12,6 +12,7 @@ use crate::merge::Merged;
 use crate::sections::attach::{self, Attach};
 use crate::sections::bigtcp::{self, BigTcp};
 use crate::sections::filter::{self, Filter};
+use crate::sections::flows::{self, Flows};
 use crate::sections::kubernetes::{self, Kubernetes};
 use crate::sections::log::{self, Log};
 use crate::sections::metrics::{self, Metrics};
@@ -36,6 +37,7 @@ pub struct Config {
     pub routing: Routing,
     pub services: Services,
     pub policy: Policy,
+    pub flows: Flows,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -59,6 +61,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
             "routing",
             "services",
             "policy",
+            "flows",
             "metrics",
             "log",
         ],
@@ -74,6 +77,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
     services::read(&v, root, &mut cfg.services)?;
     routing::read(&v, root, &mut cfg.routing)?;
     policy::read(&v, root, &mut cfg.policy)?;
+    flows::read(&v, root, &mut cfg.flows)?;
     metrics::read(&v, root, &mut cfg.metrics)?;
     log::read(&v, root, &mut cfg.log)?;
     Ok(cfg)
@@ -158,7 +162,7 @@ mod tests {
         bad(
             "foo = 1",
             "foo",
-            "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, policy, metrics, log",
+            "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, policy, flows, metrics, log",
         );
         bad("[foo]", "foo", "unknown key `foo`");
         bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");

@@ -48,6 +48,7 @@ pub use ports::PortRange;
 pub use sections::attach::{Attach, AttachMode};
 pub use sections::bigtcp::{BigTcp, BIGTCP_DEFAULT, BIGTCP_MAX, BIGTCP_MIN};
 pub use sections::filter::Filter;
+pub use sections::flows::{Flows, FLOWS_KEPT_DEFAULT, FLOWS_KEPT_MAX, FLOW_EVENTS_BURST_DEFAULT, FLOW_EVENTS_PER_SECOND_DEFAULT};
 pub use sections::kubernetes::Kubernetes;
 pub use sections::log::{Log, LogLevel};
 pub use sections::metrics::{Metrics, MetricsListen};

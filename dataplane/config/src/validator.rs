@@ -74,6 +74,14 @@ impl Validator<'_> {
         }
     }
 
+    pub(crate) fn boolean(&self, t: &Table, path: &str) -> Result<Option<bool>> {
+        match Self::field(t, path) {
+            None => Ok(None),
+            Some(Value::Boolean(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.type_err(path, "a boolean", v)),
+        }
+    }
+
     pub(crate) fn integer(&self, t: &Table, path: &str) -> Result<Option<i64>> {
         match Self::field(t, path) {
             None => Ok(None),

@@ -11,7 +11,7 @@ pub mod services;
 pub mod watch;
 
 pub use cluster::{ClusterView, NodeProblem, Peer};
-pub use policy::{PolicyProblem, PolicyView};
+pub use policy::{PodAddresses, PolicyProblem, PolicyView};
 pub use services::{ServiceProblem, ServicesView};
 pub use watch::{ApiState, Changes, ClusterWatch};
 

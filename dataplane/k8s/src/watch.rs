@@ -297,6 +297,20 @@ impl ClusterWatch {
         Some(crate::policy::build(&self.settings.node_name, &node_addresses, nat64_prefix, objects, cni_addresses))
     }
 
+    /// Every pod with an address, for naming flows; `None` until Pods were
+    /// listed once. `cni_addresses` as for `policies`.
+    pub fn pod_addresses(
+        &self,
+        cni_addresses: &std::collections::BTreeMap<String, Vec<std::net::Ipv6Addr>>,
+    ) -> Option<Vec<crate::PodAddresses>> {
+        if !self.synced(PODS) {
+            return None;
+        }
+        let pods = self.pods.state();
+        let pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+        Some(crate::policy::pod_addresses(&pods, &self.settings.node_name, cni_addresses))
+    }
+
     /// Warning Events on the Services with these problems (see `events`).
     ///
     /// Every agent sees the same Services, so one node publishes them for the

@@ -58,7 +58,7 @@ pub fn settings(config: &v6node_config::Kubernetes) -> Option<Settings> {
 }
 
 /// From uname(2): the unit's ProcSubset=pid hides /proc/sys/kernel/hostname.
-fn host_name() -> String {
+pub fn host_name() -> String {
     // SAFETY: uname fills the zeroed struct; nodename is NUL-terminated.
     let mut name: libc::utsname = unsafe { std::mem::zeroed() };
     if unsafe { libc::uname(&mut name) } != 0 {
@@ -100,6 +100,15 @@ impl Cluster {
         cni_addresses: &std::collections::BTreeMap<String, Vec<std::net::Ipv6Addr>>,
     ) -> Option<v6node_k8s::PolicyView> {
         self.watch.policies(nat64_prefix, masquerade, cni_addresses)
+    }
+
+    /// Every pod with an address, for naming flows; `None` until Pods
+    /// were listed once.
+    pub fn pod_addresses(
+        &self,
+        cni_addresses: &std::collections::BTreeMap<String, Vec<std::net::Ipv6Addr>>,
+    ) -> Option<Vec<v6node_k8s::PodAddresses>> {
+        self.watch.pod_addresses(cni_addresses)
     }
 
     /// Warning Events on the NetworkPolicies and ClusterNetworkPolicies

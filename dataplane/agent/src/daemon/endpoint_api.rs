@@ -46,6 +46,10 @@ impl Daemon {
         let mut answer = serde_json::to_vec(&response).unwrap_or_default();
         answer.push(b'\n');
         let _ = tokio::time::timeout(REQUEST_TIMEOUT, stream.write_all(&answer)).await;
+        // A pod's programs may have pinned the event ring just now.
+        if !self.flows.reading() {
+            self.sync_flows().await;
+        }
     }
 
     async fn handle(&mut self, request: v6node_api::Request) -> v6node_api::Response {

@@ -10,6 +10,7 @@
 pub(crate) mod attach;
 pub(crate) mod bigtcp;
 pub(crate) mod filter;
+pub(crate) mod flows;
 pub(crate) mod kubernetes;
 pub(crate) mod log;
 pub(crate) mod metrics;

@@ -394,6 +394,31 @@ struct PeerPod<'a> {
     local: bool,
 }
 
+/// A pod by its addresses, as flows name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodAddresses {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub node: String,
+    pub addresses: Vec<Ipv6Addr>,
+}
+
+/// Every pod network pod with an address (this node's from v6node-cni
+/// until its status shows one), as policy sees them as peers.
+pub fn pod_addresses(pods: &[&Pod], node_name: &str, cni_addresses: &BTreeMap<String, Vec<Ipv6Addr>>) -> Vec<PodAddresses> {
+    pods.iter()
+        .filter_map(|pod| PeerPod::new(pod, node_name, cni_addresses))
+        .map(|peer| PodAddresses {
+            namespace: peer.namespace.to_string(),
+            name: peer.name.to_string(),
+            labels: peer.labels().cloned().unwrap_or_default(),
+            node: peer.pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+            addresses: peer.addresses,
+        })
+        .collect()
+}
+
 impl<'a> PeerPod<'a> {
     fn new(pod: &'a Pod, node_name: &str, cni_addresses: &BTreeMap<String, Vec<Ipv6Addr>>) -> Option<Self> {
         let spec = pod.spec.as_ref()?;
