@@ -51,6 +51,33 @@ fn a_new_connection_between_pods_is_one_event_per_pod_and_its_next_packet_none()
 }
 
 #[test]
+fn a_new_connection_reusing_a_closed_connections_ports_is_a_new_flow() {
+    let mut node = Node::new("events-reuse", 0);
+    set_events(&mut node.pod, true, 1000, 100);
+    node.sent_by_pod(&tcp(POD_A, 40005, POD_B, 8080, true), node.host_a);
+    let mut fin = tcp(POD_A, 40005, POD_B, 8080, false);
+    fin[14 + 40 + 13] |= 0x01; // FIN|ACK
+    let fin = fixed_checksum(fin);
+    node.sent_by_pod(&fin, node.host_a);
+    assert_eq!(events(&mut node.pod).len(), 2, "the first connection: one flow per pod");
+    // The same ports again, a SYN: a new connection, judged and reported afresh.
+    node.sent_by_pod(&tcp(POD_A, 40005, POD_B, 8080, true), node.host_a);
+    assert_eq!(events(&mut node.pod).len(), 2, "the second connection on the same ports");
+    // Its next packet is known.
+    node.sent_by_pod(&tcp(POD_A, 40005, POD_B, 8080, false), node.host_a);
+    assert!(events(&mut node.pod).is_empty());
+}
+
+/// `packet` with its TCP checksum made right again after an edit.
+fn fixed_checksum(mut packet: Vec<u8>) -> Vec<u8> {
+    let ip = etherparse::Ipv6HeaderSlice::from_slice(&packet[14..]).unwrap().to_header();
+    let (tcp, payload) = etherparse::TcpHeader::from_slice(&packet[54..]).unwrap();
+    let sum = tcp.calc_checksum_ipv6(&ip, payload).unwrap();
+    packet[54 + 16..54 + 18].copy_from_slice(&sum.to_be_bytes());
+    packet
+}
+
+#[test]
 fn a_policy_drop_is_one_event_naming_the_rules_that_denied_it() {
     let mut node = Node::new("events-policy", 0);
     set_events(&mut node.pod, true, 1000, 100);

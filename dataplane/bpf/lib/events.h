@@ -228,7 +228,12 @@ static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v
 		__builtin_memcpy(event->xlat_saddr, note->xlat_saddr, 16);
 		__builtin_memcpy(event->xlat_daddr, note->xlat_daddr, 16);
 	}
-	bpf_ringbuf_submit(event, 0);
+	/* The agent is woken once a batch waits, not for every event: a
+	 * wake-up per new connection would cost the datapath more than the
+	 * event. It reads what is there on its own every few milliseconds too. */
+	bpf_ringbuf_submit(event, bpf_ringbuf_query(&v6n_events, BPF_RB_AVAIL_DATA) >= V6N_EVENTS_WAKE_BYTES ?
+					  BPF_RB_FORCE_WAKEUP :
+					  BPF_RB_NO_WAKEUP);
 }
 
 /* The events of the packet the exit records with `reason`: its drop, and

@@ -236,6 +236,10 @@ static __always_inline int v6n_policy_known(const struct v6n_policy_flow *flow, 
 		if (!entry || v6n_policy_ct_expired(entry, flow->key.protocol, now))
 			return 0;
 	}
+	/* A SYN on a tuple whose connection has closed is a new connection
+	 * reusing the ports: judged afresh, and a new flow. */
+	if ((flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN && (entry->flags & V6N_CT_CLOSING))
+		return 0;
 	if (flow->tcp_flags & (V6N_TCP_FIN | V6N_TCP_RST))
 		entry->flags |= V6N_CT_CLOSING;
 	if (now - entry->last_seen_ns > V6N_CT_TOUCH_NS)

@@ -610,5 +610,9 @@ struct v6n_event_stats {
 };
 
 #define V6N_EVENTS_RING_BYTES (4 * 1024 * 1024)
+/* The agent is woken when this much waits in the ring (64 events); it also
+ * reads every V6N_EVENTS_READ_MS on its own. */
+#define V6N_EVENTS_WAKE_BYTES (64 * sizeof(struct v6n_flow_event))
+#define V6N_EVENTS_READ_MS 10
 
 #endif /* V6NODE_ABI_H */
