@@ -27,7 +27,7 @@ use tokio::{
     net::UnixListener,
     task::JoinHandle,
 };
-use v6node_abi::{maps, EventConfig, EventStats, FlowEvent, Reason};
+use v6node_abi::{maps, EventConfig, EventStats, FlowEvent, Reason, EVENTS_READ_MS};
 use v6node_config::{Flows, MetricsListen};
 use v6node_hubble::observer::observer_server::ObserverServer;
 
@@ -92,11 +92,20 @@ async fn read_events(pin_dir: std::path::PathBuf, hub: Arc<Hub>) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("polling the flow event ring: {}", e.into_parts().1))?;
     let mut devices: HashMap<u32, Option<String>> = HashMap::new();
     let node = hub.node.clone();
+    // The datapath wakes the agent for a batch; what is fewer than a batch
+    // is read on a timer.
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(EVENTS_READ_MS.into()));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let mut guard = ring.readable_mut().await.context("polling the flow event ring")?;
+        tokio::select! {
+            // Readiness is cleared before the ring is drained: what comes
+            // after the drain wakes the agent again.
+            guard = ring.readable_mut() => guard.context("polling the flow event ring")?.clear_ready(),
+            _ = tick.tick() => {}
+        }
         let clock = convert::Clock::now();
         let names = hub.names();
-        let ring = guard.get_inner_mut();
+        let ring = ring.get_mut();
         while let Some(item) = ring.next() {
             if item.len() != std::mem::size_of::<FlowEvent>() {
                 hub.unreadable.fetch_add(1, Ordering::Relaxed);
@@ -109,7 +118,6 @@ async fn read_events(pin_dir: std::path::PathBuf, hub: Arc<Hub>) -> Result<()> {
             counts::record(&event);
             hub.push(convert::flow(&event, &clock, &names, &node, device));
         }
-        guard.clear_ready();
     }
 }
 
@@ -126,6 +134,8 @@ async fn serve(listen: &MetricsListen, hub: Arc<Hub>) -> Result<JoinHandle<()>> 
     let service = ObserverServer::new(observer::ObserverService { hub });
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<ObserverServer<observer::ObserverService>>().await;
+    // The name Hubble's clients ask for (Cilium's api/v1 ObserverServiceName).
+    health_reporter.set_service_status("hubble.server.Observer", tonic_health::ServingStatus::Serving).await;
     Ok(match listen {
         MetricsListen::Unix(path) => {
             let _ = std::fs::remove_file(path);
