@@ -178,6 +178,26 @@ agent_start() {
 agent_stop() { kill -TERM "$agent_pid"; wait "$agent_pid"; agent_pid=; }
 status_json() { in_node "$bin" status --json; }
 jq_status() { status_json | jq -r "$@"; }
+# --- flows, as the stock hubble CLI sees them ---------------------------------------
+# use_hubble: builds it (scripts/build-hubble); the agent's [flows] hubble
+# is to be "unix:$work/hubble.sock".
+use_hubble() {
+    echo "# building the stock hubble CLI (scripts/build-hubble; warm Go caches: seconds)"
+    "$top/scripts/build-hubble" >"$work/hubble-build.log" 2>&1 ||
+        { tail -n 20 "$work/hubble-build.log" | sed 's/^/# /'; echo "Bail out! hubble build failed"; exit 1; }
+}
+hubble() { "$top/build/hubble/bin/hubble" "$@" --server "unix://$work/hubble.sock"; }
+# observe ARGS...: the agent's recent flows, as `hubble observe ARGS` gives them, one JSON object a line.
+observe() { hubble observe -o json --last 1000 "$@"; }
+# observed JQ ARGS...: some flow of `observe ARGS` holds JQ.
+observed() {
+    local query=$1 out
+    shift
+    out=$(observe "$@" 2>&1) || { echo "# hubble observe $*: $out"; return 1; }
+    jq -e -s "any(.[]; .flow | $query)" <<<"$out" >/dev/null ||
+        { echo "# hubble observe $*: no flow with $query among $(wc -l <<<"$out") line(s): $(tail -n 2 <<<"$out")"; return 1; }
+}
+
 # end_connections_listen: `end-connections` per connection on the agent's
 # end-connections.sock, with its unit's capabilities, as
 # v6node-end-connections.socket (Accept=yes) starts it; logs to

@@ -48,6 +48,7 @@ cleanup() {
     in_node "$bin" detach --force >/dev/null 2>&1
 }
 [[ -x "$cni_bin" ]] || { echo "Bail out! no v6node-cni beside the agent ($cni_bin)"; exit 1; }
+use_hubble
 echo "# building the test control plane (warm Go caches: seconds)"
 "$top/scripts/build-kubernetes" --control-plane >"$work/build.log" 2>&1 ||
     { tail -n 20 "$work/build.log" | sed 's/^/# /'; echo "Bail out! control plane build failed"; exit 1; }
@@ -91,6 +92,8 @@ kubeconfig = "$work/dataplane.conf"
 node_name = "node-a"
 [metrics]
 listen = "unix:$work/metrics.sock"
+[flows]
+hubble = "unix:$work/hubble.sock"
 [policy]
 mode = "$1"
 ${2:-}
@@ -233,7 +236,6 @@ eventually() {
     done
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
 # policy NAMESPACE NAME SPEC: a NetworkPolicy applied (SPEC in YAML's flow style).
 policy() {
     printf 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: { name: %s, namespace: %s }\nspec: %s\n' "$2" "$1" "$3" |
@@ -277,6 +279,18 @@ pass_if "the agent has listed Pods, Namespaces and NetworkPolicies: status --jso
     retry 20 policy_written
 open_to() { reaches "$1" server 8080 && udp_reaches "$1" server; }
 pass_if "no policy: client -> server over HTTP :8080 and UDP :5353" open_to client
+pod_flow='.source.pod_name == "client" and .destination.pod_name == "server" and .verdict == "FORWARDED"'
+pass_if "hubble observe --pod team-a/server --protocol tcp --to-port 8080: the client's connection, both pods named, TCP SYN, forwarded" \
+    eventually observed "$pod_flow and .l4.TCP.flags.SYN and .l4.TCP.destination_port == 8080 and .source.namespace == \"team-a\"" \
+    --pod team-a/server --protocol tcp --to-port 8080
+udp_once_per_side() { # the UDP query and its answer: one flow leaving the client, one entering the server
+    local sides
+    sides=$(observe --protocol udp --namespace team-a |
+        jq -r -s "[.[].flow | select($pod_flow and .l4.UDP.destination_port == 5353) | .traffic_direction] | sort | join(\",\")")
+    [[ "$sides" == "EGRESS,INGRESS" ]] || { echo "# UDP flows client -> server :5353 by direction: ${sides:-none}"; return 1; }
+}
+pass_if "... --protocol udp --namespace team-a: its UDP query and answer are two flows, the client's egress and the server's ingress (new flows, not packets)" \
+    eventually udp_once_per_side
 
 # --- 2. default deny ----------------------------------------------------------------
 policy team-a deny-all '{ podSelector: {}, policyTypes: [Ingress] }'
@@ -293,6 +307,26 @@ metric_counted() {
 }
 pass_if "status: the server's denied packets went up; metrics: v6node_policy_denied_packets_total for team-a/server ingress too" \
     eval '((denied_now > denied_before)) && metric_counted'
+pass_if "hubble observe --pod team-a/server --verdict DROPPED: the client's SYN, dropped POLICY_DENIED, ingress denied by team-a/deny-all" \
+    eventually observed '.source.pod_name == "client" and .drop_reason_desc == "POLICY_DENIED" and .traffic_direction == "INGRESS"
+        and any(.ingress_denied_by[]; .namespace == "team-a" and .name == "deny-all" and .kind == "NetworkPolicy")' \
+    --pod team-a/server --verdict DROPPED
+flow_metrics() {
+    metrics | grep -E '^v6node_flows_total\{verdict="dropped",reason="policy_denied_ingress",protocol="tcp",direction="from_pod"\} [1-9]' &&
+        metrics | grep -E '^v6node_flow_events_total\{reason="policy_denied_ingress",outcome="sent"\} [1-9]'
+}
+pass_if "metrics: v6node_flows_total counts the drop by verdict, reason, protocol and direction; v6node_flow_events_total the events sent" \
+    flow_metrics
+no_forwarded_drops() { ! observe --pod team-a/server --verdict DROPPED | jq -e 'select(.flow.verdict != "DROPPED")' >/dev/null; }
+pass_if "... and --verdict DROPPED gives only drops" no_forwarded_drops
+bad_filter() {
+    local out
+    out=$(observe --protocol http 2>&1) && { echo "# accepted: $out"; return 1; }
+    grep -q "InvalidArgument.*unknown protocol" <<<"$out" || { echo "# $out"; return 1; }
+    hubble status | grep -q 'Flows/s'
+}
+pass_if "bad input: a filter the agent cannot judge (--protocol http) gets gRPC InvalidArgument naming it; hubble status answers after" \
+    bad_filter
 
 # --- 3. allow by podSelector, on TCP 8080 only ---------------------------------------
 server_ingress allow-client '[{ from: [{ podSelector: { matchLabels: { app: client } } }], ports: [{ protocol: TCP, port: 8080 }] }]'
