@@ -136,6 +136,7 @@ async fn serve(listen: &MetricsListen, hub: Arc<Hub>) -> Result<JoinHandle<()>> 
     health_reporter.set_serving::<ObserverServer<observer::ObserverService>>().await;
     // The name Hubble's clients ask for (Cilium's api/v1 ObserverServiceName).
     health_reporter.set_service_status("hubble.server.Observer", tonic_health::ServingStatus::Serving).await;
+    let router = tonic::transport::Server::builder().add_service(health).add_service(service);
     Ok(match listen {
         MetricsListen::Unix(path) => {
             let _ = std::fs::remove_file(path);
@@ -143,40 +144,28 @@ async fn serve(listen: &MetricsListen, hub: Arc<Hub>) -> Result<JoinHandle<()>> 
                 std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
             }
             let listener = UnixListener::bind(path).with_context(|| format!("binding Hubble's API to {}", path.display()))?;
-            let incoming = futures::stream::unfold(listener, |listener| async move {
-                let next = listener.accept().await.map(|(stream, _)| stream);
-                Some((next, listener))
-            });
-            tokio::spawn(async move {
-                if let Err(e) = tonic::transport::Server::builder()
-                    .add_service(health)
-                    .add_service(service)
-                    .serve_with_incoming(incoming)
-                    .await
-                {
-                    log::error!("Hubble's API: {e}");
-                }
-            })
+            let incoming = futures::stream::unfold(listener, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) });
+            tokio::spawn(run(router, incoming))
         }
         MetricsListen::Tcp(addr) => {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding Hubble's API to {addr}"))?;
-            let incoming = futures::stream::unfold(listener, |listener| async move {
-                let next = listener.accept().await.map(|(stream, _)| stream);
-                Some((next, listener))
-            });
-            tokio::spawn(async move {
-                if let Err(e) = tonic::transport::Server::builder()
-                    .add_service(health)
-                    .add_service(service)
-                    .serve_with_incoming(incoming)
-                    .await
-                {
-                    log::error!("Hubble's API: {e}");
-                }
-            })
+            let incoming = futures::stream::unfold(listener, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) });
+            tokio::spawn(run(router, incoming))
         }
     })
+}
+
+async fn run<IO>(
+    router: tonic::transport::server::Router,
+    incoming: impl futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+{
+    if let Err(e) = router.serve_with_incoming(incoming).await {
+        log::error!("Hubble's API: {e}");
+    }
 }
 
 /// Flow visibility as the configuration asks for it.
