@@ -2,9 +2,10 @@
 /*
  * Flow events (abi.h, "Flow events"): the agent reads them from the ring
  * v6n_events and turns them into flows. The one exit (verdict.h) sends
- * them: for every dropped packet, and for each new flow policy noted on the
+ * them: for every dropped packet, and for each new flow noted on the
  * packet's way (a pod's new connection, as policy tracks every pod's, in
- * either direction). Decisions leave notes for the exit on this CPU rather
+ * either direction; a NodePort's backend chosen; a NAT64 binding made).
+ * Decisions leave notes for the exit on this CPU rather
  * than send events themselves: the BPF stack of a call deep in a program
  * has no room for one, and the packet's fate is known only at the exit.
  */
