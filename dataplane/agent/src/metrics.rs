@@ -287,10 +287,11 @@ fn flow_families(out: &mut String, paths: &Paths) {
         }
     }
     let name = "v6node_flows_lost_total";
-    let lost = crate::flows::counts::LOST_TO_FOLLOWERS.load(std::sync::atomic::Ordering::Relaxed);
+    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    let (slow, unreadable) = (load(&crate::flows::counts::LOST_TO_FOLLOWERS), load(&crate::flows::counts::UNREADABLE));
     let _ = writeln!(
         out,
-        "# HELP {name} Flows the agent had but could not hand on, by cause.\n# TYPE {name} counter\n{name}{{cause=\"slow_client\"}} {lost}"
+        "# HELP {name} Flows lost on the agent's side, by cause: a client too slow to follow, an event it could not read.\n# TYPE {name} counter\n{name}{{cause=\"slow_client\"}} {slow}\n{name}{{cause=\"unreadable_event\"}} {unreadable}"
     );
 }
 

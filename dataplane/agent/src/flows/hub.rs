@@ -30,8 +30,6 @@ pub struct Hub {
     followers: broadcast::Sender<Arc<Flow>>,
     names: RwLock<Arc<Names>>,
     seen: AtomicU64,
-    /// Events the agent could not read as a flow event (a size it does not know).
-    pub unreadable: AtomicU64,
 }
 
 impl Hub {
@@ -44,7 +42,6 @@ impl Hub {
             followers: broadcast::channel(FOLLOW_BACKLOG).0,
             names: RwLock::new(Arc::default()),
             seen: AtomicU64::new(0),
-            unreadable: AtomicU64::new(0),
         }
     }
 

@@ -108,15 +108,16 @@ async fn read_events(pin_dir: std::path::PathBuf, hub: Arc<Hub>) -> Result<()> {
         let ring = ring.get_mut();
         while let Some(item) = ring.next() {
             if item.len() != std::mem::size_of::<FlowEvent>() {
-                hub.unreadable.fetch_add(1, Ordering::Relaxed);
+                counts::UNREADABLE.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             // SAFETY: the ring holds a FlowEvent of exactly this size (checked),
             // a plain C struct of integers; read unaligned from the ring's bytes.
             let event: FlowEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
             let device = |ifindex: u32| devices.entry(ifindex).or_insert_with(|| device_name(ifindex)).clone();
-            counts::record(&event);
-            hub.push(convert::flow(&event, &clock, &names, &node, device));
+            let flow = convert::flow(&event, &clock, &names, &node, device);
+            counts::record(&event, &flow);
+            hub.push(flow);
         }
     }
 }
