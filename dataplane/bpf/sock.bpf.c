@@ -24,14 +24,6 @@
 #define V6N_SOCK_REFUSE 0
 #define V6N_ECONNREFUSED 111
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, V6N_SOCK_REVNAT_MAX);
-	__type(key, struct v6n_sock_revnat_key);
-	__type(value, struct v6n_sock_revnat_value);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} v6n_sock_revnat SEC(".maps");
-
 /* The translating hooks' verdict: a refusal is ECONNREFUSED (what a TCP
  * reset gives) rather than the hook's EPERM. */
 static __always_inline int v6n_sock_verdict(enum v6n_reason reason)

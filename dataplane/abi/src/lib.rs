@@ -27,6 +27,7 @@ pub use generated::{
 pub use generated::{
     v6n_event_config as EventConfig, v6n_event_kind as EventKind, v6n_event_stats as EventStats, v6n_flow_event as FlowEvent,
     V6N_EVENTS_READ_MS as EVENTS_READ_MS, V6N_EVENT_SERVICE as EVENT_SERVICE, V6N_EVENT_XLAT as EVENT_XLAT,
+    V6N_KERNEL_DROP_REASONS_MAX as KERNEL_DROP_REASONS_MAX,
 };
 pub use generated::{
     v6n_nat46_frontend as Nat46Frontend, v6n_nat46_frontend_key as Nat46FrontendKey,
@@ -116,7 +117,7 @@ pub mod maps {
     pub const FRONTENDS: &str = "v6n_frontends";
     pub const SERVICE_STATS: &str = "v6n_service_stats";
     pub const AFFINITY: &str = "v6n_affinity";
-    /// Declared in `bpf/sock.bpf.c`.
+    /// Declared in `bpf/lib/maps.h`: the Service each socket was sent to a backend of.
     pub const SOCK_REVNAT: &str = "v6n_sock_revnat";
     /// Declared in `bpf/lib/ct.h`: connection tracking.
     pub const CT: &str = "v6n_ct";
@@ -139,6 +140,8 @@ pub mod maps {
     pub const EVENTS: &str = "v6n_events";
     pub const EVENT_CONFIG: &str = "v6n_event_config";
     pub const EVENT_STATS: &str = "v6n_event_stats";
+    /// Declared in `bpf/trace.bpf.c`: the kernel's drop reasons reported.
+    pub const KERNEL_DROP_REASONS: &str = "v6n_kernel_drop_reasons";
 }
 
 impl Reason {
@@ -171,6 +174,7 @@ impl Reason {
         Reason::V6N_REASON_DROP_POLICY_INGRESS,
         Reason::V6N_REASON_DROP_POLICY_EGRESS,
         Reason::V6N_REASON_POLICY_AUDIT,
+        Reason::V6N_REASON_DROP_KERNEL,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -204,6 +208,7 @@ impl Reason {
             Reason::V6N_REASON_DROP_POLICY_INGRESS => "policy_denied_ingress",
             Reason::V6N_REASON_DROP_POLICY_EGRESS => "policy_denied_egress",
             Reason::V6N_REASON_POLICY_AUDIT => "policy_audit_would_deny",
+            Reason::V6N_REASON_DROP_KERNEL => "kernel_drop",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -272,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_flow_event_has_no_implicit_padding() {
-        assert_eq!(std::mem::size_of::<FlowEvent>(), 112);
+        assert_eq!(std::mem::size_of::<FlowEvent>(), 120);
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub const HOST_EGRESS: &str = "v6n_to_dev";
 pub const NAT64: &str = "v6n_nat64";
 pub const FROM_POD: &str = "v6n_from_pod";
 pub const TO_POD: &str = "v6n_to_pod";
+/// The kernel's drops (tp_btf on skb:kfree_skb), while flows are on.
+pub const KERNEL_DROP: &str = "v6n_kernel_drop";
 /// The socket hooks, in the order the agent attaches them.
 pub const SOCK_PROGRAMS: [&str; 4] = ["v6n_sock_connect", "v6n_sock_sendmsg", "v6n_sock_recvmsg", "v6n_sock_peername"];
 
@@ -42,8 +44,12 @@ pub const POD_OBJECT: Object = Object { name: "pod", programs: &[FROM_POD, TO_PO
 /// Services at the cgroup socket hooks; the service tables are pinned beside the others.
 pub const SOCK_OBJECT: Object = Object { name: "sock", programs: &SOCK_PROGRAMS };
 
+/// The kernel's drops of pods' packets, as flow events (loaded with the
+/// kernel's BTF by flows::kernel_drops, not by `load`).
+pub const TRACE_OBJECT: Object = Object { name: "trace", programs: &[KERNEL_DROP] };
+
 /// Every entry object, by name.
-pub const OBJECTS: [&Object; 4] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT, &SOCK_OBJECT];
+pub const OBJECTS: [&Object; 5] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT, &SOCK_OBJECT, &TRACE_OBJECT];
 
 impl Object {
     /// Developers may point the agent at a freshly built object instead of

@@ -412,6 +412,9 @@ impl Daemon {
         if let Some(cluster) = &self.cluster {
             let previous = self.shared.read(|s| s.cluster.clone()).unwrap_or_default();
             let (next, cni_config) = cluster.sync(&self.shared.paths, &previous, &self.netlink, &self.loaded.config).await;
+            // Relay is told of every node with a pod prefix, this one included.
+            let local = next.address.map(|a| (next.node.clone(), a));
+            self.flows.set_nodes(local.into_iter().chain(next.peers.iter().map(|p| (p.name.clone(), p.address))).collect());
             self.shared.update_if_changed(|s| &mut s.cluster, Some(next));
             if let Some(cni_config) = cni_config {
                 self.shared.update_if_changed(|s| &mut s.cni_config, cni_config);

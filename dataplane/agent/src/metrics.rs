@@ -288,10 +288,11 @@ fn flow_families(out: &mut String, paths: &Paths) {
     }
     let name = "v6node_flows_lost_total";
     let load = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
-    let (slow, unreadable) = (load(&crate::flows::counts::LOST_TO_FOLLOWERS), load(&crate::flows::counts::UNREADABLE));
+    use crate::flows::counts::{LOST_TO_FOLLOWERS, LOST_TO_LOG, UNREADABLE};
+    let (slow, unreadable, log) = (load(&LOST_TO_FOLLOWERS), load(&UNREADABLE), load(&LOST_TO_LOG));
     let _ = writeln!(
         out,
-        "# HELP {name} Flows lost on the agent's side, by cause: a client too slow to follow, an event it could not read.\n# TYPE {name} counter\n{name}{{cause=\"slow_client\"}} {slow}\n{name}{{cause=\"unreadable_event\"}} {unreadable}"
+        "# HELP {name} Flows lost on the agent's side, by cause: a client too slow to follow, an event it could not read, the flow log behind.\n# TYPE {name} counter\n{name}{{cause=\"slow_client\"}} {slow}\n{name}{{cause=\"unreadable_event\"}} {unreadable}\n{name}{{cause=\"log\"}} {log}"
     );
 }
 

@@ -194,8 +194,15 @@ fn collect(paths: &Paths) -> Result<Status> {
         Policy { recorded, denied: crate::policy::denied_by_id(&paths.pin_dir) }
     });
     let flows = recorded.flows.clone().map(|recorded| {
-        if let Some(e) = &recorded.error {
-            problems.push(format!("flows: {e}"));
+        for (what, error) in
+            [("", &recorded.error), ("Hubble Relay's API: ", &recorded.relay_error), ("the flow log: ", &recorded.log_error)]
+        {
+            if let Some(e) = error {
+                problems.push(format!("flows: {what}{e}"));
+            }
+        }
+        if let Some(e) = recorded.kernel_drops.strip_prefix("not reported: ") {
+            problems.push(format!("flows: the kernel's drops: {e}"));
         }
         Flows { recorded, events: crate::flows::event_counts(&paths.pin_dir).unwrap_or_default() }
     });
@@ -602,6 +609,29 @@ fn flows_section(out: &mut String, status: &Status) {
         total(|e| e.rate_limited),
         total(|e| e.ring_full)
     );
+    if let Some(error) = &flows.recorded.error {
+        let _ = writeln!(out, "  Hubble's API not served: {error}");
+    }
+    if !flows.recorded.kernel_drops.is_empty() {
+        let _ = writeln!(out, "  the kernel's drops: {}", flows.recorded.kernel_drops);
+    }
+    if !flows.recorded.log.is_empty() {
+        let _ = writeln!(
+            out,
+            "  flow log: {}",
+            flows.recorded.log_error.as_deref().map_or_else(|| flows.recorded.log.clone(), |e| format!("not written: {e}"))
+        );
+    }
+    if !flows.recorded.relay.is_empty() {
+        let _ = writeln!(
+            out,
+            "  Hubble Relay's API: {}",
+            flows.recorded.relay_error.as_deref().map_or_else(
+                || format!("on {}", flows.recorded.relay),
+                |e| format!("not served on {}: {e}", flows.recorded.relay)
+            )
+        );
+    }
 }
 
 fn bgp_section(out: &mut String, bgp: &Bgp) {

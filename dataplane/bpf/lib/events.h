@@ -186,35 +186,57 @@ static __always_inline void v6n_event_read_packet(struct __sk_buff *skb, struct 
 }
 
 /*
- * Sends an event of `kind` for the packet in hand to the ring: unless
- * events are off, `reason`'s rate is used up on this CPU, or the ring is
- * full (each counted).
+ * An event of `reason` reserved in the ring, its time and reason set and
+ * the rest zero; NULL if `reason`'s rate is used up on this CPU or the
+ * ring is full (each counted). What is reserved must be submitted.
  */
-static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v6n_event_config *config,
-					   const struct v6n_event_note *note, __u8 kind, __u8 direction, __u8 reason,
-					   __u32 policy_id)
+static __always_inline struct v6n_flow_event *v6n_event_reserve(const struct v6n_event_config *config, __u8 reason)
 {
 	__u32 slot = reason;
 	struct v6n_event_stats *stats = bpf_map_lookup_elem(&v6n_event_stats, &slot);
 	struct v6n_token_bucket *bucket = bpf_map_lookup_elem(&v6n_event_rate, &slot);
 
 	if (!stats || !bucket)
-		return;
+		return NULL;
 	__u64 now = bpf_ktime_get_ns();
 	if (!v6n_take_token(bucket, config->per_second, config->burst, now)) {
 		stats->rate_limited++;
-		return;
+		return NULL;
 	}
 	struct v6n_flow_event *event = bpf_ringbuf_reserve(&v6n_events, sizeof(*event), 0);
 	if (!event) {
 		stats->ring_full++;
-		return;
+		return NULL;
 	}
 	stats->sent++;
 	__builtin_memset(event, 0, sizeof(*event));
 	event->time_ns = now;
-	event->kind = kind;
 	event->reason = reason;
+	return event;
+}
+
+/* Hands a reserved event to the agent. It is woken once a batch waits,
+ * not for every event: a wake-up per new connection would cost the
+ * datapath more than the event. It reads what is there on its own every
+ * few milliseconds too. */
+static __always_inline void v6n_event_submit(struct v6n_flow_event *event)
+{
+	bpf_ringbuf_submit(event, bpf_ringbuf_query(&v6n_events, BPF_RB_AVAIL_DATA) >= V6N_EVENTS_WAKE_BYTES ?
+					  BPF_RB_FORCE_WAKEUP :
+					  BPF_RB_NO_WAKEUP);
+}
+
+/* Sends an event of `kind` for the packet in hand, as v6n_event_reserve
+ * allows. */
+static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v6n_event_config *config,
+					   const struct v6n_event_note *note, __u8 kind, __u8 direction, __u8 reason,
+					   __u32 policy_id)
+{
+	struct v6n_flow_event *event = v6n_event_reserve(config, reason);
+
+	if (!event)
+		return;
+	event->kind = kind;
 	event->direction = direction;
 	event->ifindex = skb->ifindex;
 	event->len = skb->len;
@@ -229,12 +251,20 @@ static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v
 		__builtin_memcpy(event->xlat_saddr, note->xlat_saddr, 16);
 		__builtin_memcpy(event->xlat_daddr, note->xlat_daddr, 16);
 	}
-	/* The agent is woken once a batch waits, not for every event: a
-	 * wake-up per new connection would cost the datapath more than the
-	 * event. It reads what is there on its own every few milliseconds too. */
-	bpf_ringbuf_submit(event, bpf_ringbuf_query(&v6n_events, BPF_RB_AVAIL_DATA) >= V6N_EVENTS_WAKE_BYTES ?
-					  BPF_RB_FORCE_WAKEUP :
-					  BPF_RB_NO_WAKEUP);
+	/* A socket the hooks sent to a backend at connect (sock.bpf.c): its new
+	 * flow is the Service's. Its packets carry the backend's address from
+	 * the first; the socket's cookie names the frontend. */
+	if (kind == V6N_EVENT_FLOW && event->cookie && !event->translated) {
+		struct v6n_sock_revnat_key key = { .cookie = event->cookie, .port = event->dport };
+
+		__builtin_memcpy(key.addr, event->daddr, 16);
+		struct v6n_sock_revnat_value *service = bpf_map_lookup_elem(&v6n_sock_revnat, &key);
+		if (service) {
+			event->translated = V6N_EVENT_SERVICE;
+			event->frontend = service->frontend;
+		}
+	}
+	v6n_event_submit(event);
 }
 
 /* The events of the packet the exit records with `reason`: its drop, and

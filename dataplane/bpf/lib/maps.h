@@ -40,4 +40,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_endpoints SEC(".maps");
 
+/* Written by the socket hooks (sock.bpf.c) for each socket sent to a
+ * backend; read by them for replies, and by the exit's flow events, which
+ * name a pod's connection to a Service by it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, V6N_SOCK_REVNAT_MAX);
+	__type(key, struct v6n_sock_revnat_key);
+	__type(value, struct v6n_sock_revnat_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_sock_revnat SEC(".maps");
+
 #endif /* V6NODE_LIB_MAPS_H */

@@ -104,6 +104,9 @@ fn layer4(event: &FlowEvent) -> Option<Layer4> {
 /// and the backend chosen, a NAT64 binding's client and pool address.
 fn summary(event: &FlowEvent, reason: Reason, translated: bool) -> String {
     let mut summary = reason.name().to_string();
+    if reason == Reason::V6N_REASON_DROP_KERNEL {
+        summary += &format!(": {}", super::kernel_drops::reason_name(event.kernel_reason));
+    }
     if translated {
         let port = |p: u16| u16::from_be(p);
         let side = |addr: [u8; 16], p: u16| match address(addr) {

@@ -25,6 +25,8 @@ pub struct FlowLabels {
 static FLOWS: Mutex<BTreeMap<FlowLabels, u64>> = Mutex::new(BTreeMap::new());
 /// Flows clients following them missed for being too slow.
 pub static LOST_TO_FOLLOWERS: AtomicU64 = AtomicU64::new(0);
+/// Flows the flow log missed: it fell behind, or its disk did.
+pub static LOST_TO_LOG: AtomicU64 = AtomicU64::new(0);
 
 /// The labels of `flow`, made of `event`: the verdict and transport as the
 /// flow has them, our reason and direction as the event does.

@@ -2,19 +2,25 @@
 //! Flow visibility: the datapath's flow events (bpf/lib/events.h) read from
 //! their ring, made flows with the names of pods, policies and Services,
 //! kept in a bounded ring and served through Hubble's Observer API, so the
-//! stock `hubble` CLI (and Hubble Relay) work against a v6node node.
-//! `[flows]` in the configuration turns it off, sets the datapath's rates
-//! and the flows kept, and where the API is served.
+//! stock `hubble` CLI works against a v6node node, and Hubble Relay
+//! (through the Peer service, on `relay_listen`) against every node of a
+//! cluster. `[flows]` in the configuration turns it off, sets the
+//! datapath's rates and the flows kept, and where the API is served.
 
 mod convert;
 pub mod counts;
 mod filter;
+mod flow_log;
 mod hub;
+mod kernel_drops;
 pub mod names;
 mod observer;
+mod peer;
+mod server;
 
 use std::{
     collections::HashMap,
+    net::{Ipv6Addr, SocketAddr},
     path::Path,
     sync::{atomic::Ordering, Arc},
 };
@@ -25,11 +31,13 @@ use serde::Serialize;
 use tokio::{
     io::{unix::AsyncFd, Interest},
     net::UnixListener,
+    sync::watch,
     task::JoinHandle,
 };
+use tonic::service::Routes;
 use v6node_abi::{maps, EventConfig, EventStats, FlowEvent, Reason, EVENTS_READ_MS};
 use v6node_config::{Flows, MetricsListen};
-use v6node_hubble::observer::observer_server::ObserverServer;
+use v6node_hubble::{observer::observer_server::ObserverServer, peer::peer_server::PeerServer};
 
 pub use hub::Hub;
 pub use names::{Names, PodName};
@@ -43,6 +51,20 @@ pub struct FlowsState {
     /// Where Hubble's API is served ("" nowhere), and why not if it should be.
     pub hubble: String,
     pub error: Option<String>,
+    /// Where Hubble Relay reaches this node ("" nowhere) and how, and why
+    /// not if it should.
+    #[serde(default)]
+    pub relay: String,
+    #[serde(default)]
+    pub relay_error: Option<String>,
+    /// The flow log's file ("" none), and why it is not written if not.
+    #[serde(default)]
+    pub log: String,
+    #[serde(default)]
+    pub log_error: Option<String>,
+    /// Whether the kernel's drops of pods' packets are flows, or why not.
+    #[serde(default)]
+    pub kernel_drops: String,
 }
 
 /// The datapath's event counters, summed over CPUs, by reason.
@@ -129,15 +151,20 @@ fn device_name(ifindex: u32) -> Option<String> {
     (!found.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned())
 }
 
-/// Serves Hubble's Observer API, and gRPC's health service that Hubble's
-/// clients ask first, on `listen` until aborted.
-async fn serve(listen: &MetricsListen, hub: Arc<Hub>) -> Result<JoinHandle<()>> {
-    let service = ObserverServer::new(observer::ObserverService { hub });
+/// gRPC's health service, which Hubble's clients ask first, saying the
+/// Observer serves.
+async fn health() -> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<ObserverServer<observer::ObserverService>>().await;
     // The name Hubble's clients ask for (Cilium's api/v1 ObserverServiceName).
     health_reporter.set_service_status("hubble.server.Observer", tonic_health::ServingStatus::Serving).await;
-    let router = tonic::transport::Server::builder().add_service(health).add_service(service);
+    health
+}
+
+/// Serves Hubble's Observer API and the health service on `listen` until
+/// aborted.
+async fn serve(listen: &MetricsListen, hub: Arc<Hub>) -> Result<JoinHandle<()>> {
+    let routes = Routes::new(health().await).add_service(ObserverServer::new(observer::ObserverService { hub }));
     Ok(match listen {
         MetricsListen::Unix(path) => {
             let _ = std::fs::remove_file(path);
@@ -146,35 +173,91 @@ async fn serve(listen: &MetricsListen, hub: Arc<Hub>) -> Result<JoinHandle<()>> 
             }
             let listener = UnixListener::bind(path).with_context(|| format!("binding Hubble's API to {}", path.display()))?;
             let incoming = futures::stream::unfold(listener, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) });
-            tokio::spawn(run(router, incoming))
+            tokio::spawn(server::run(routes, incoming, None))
         }
         MetricsListen::Tcp(addr) => {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding Hubble's API to {addr}"))?;
             let incoming = futures::stream::unfold(listener, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) });
-            tokio::spawn(run(router, incoming))
+            tokio::spawn(server::run(routes, incoming, None))
         }
     })
 }
 
-async fn run<IO>(
-    router: tonic::transport::server::Router,
-    incoming: impl futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
-) where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
-    IO::ConnectInfo: Clone + Send + Sync + 'static,
-{
-    if let Err(e) = router.serve_with_incoming(incoming).await {
-        log::error!("Hubble's API: {e}");
-    }
+/// The unit's credentials behind `relay_tls`.
+const TLS_CREDENTIALS: [&str; 3] = ["v6node.hubble.tls-cert", "v6node.hubble.tls-key", "v6node.hubble.tls-client-ca"];
+
+/// Mutual TLS from the unit's credentials: this node's certificate and key,
+/// and the CA that signed Relay's client certificate.
+fn relay_tls() -> Result<tokio_rustls::TlsAcceptor> {
+    let dir = std::env::var_os("CREDENTIALS_DIRECTORY").map(std::path::PathBuf::from);
+    let read = |name: &str| -> Result<Vec<u8>> {
+        let dir = dir.as_ref().with_context(|| format!("no credentials, so not the credential {name}"))?;
+        std::fs::read(dir.join(name)).with_context(|| format!("reading the credential {name}"))
+    };
+    let [cert, key, ca] = TLS_CREDENTIALS.map(read);
+    server::tls_acceptor(&cert?, &key?, &ca?).context("the credentials v6node.hubble.tls-*")
+}
+
+/// Serves what Hubble Relay asks a node for, the Observer and the Peer
+/// service, on `listen` until aborted; with `tls`, to clients with a
+/// certificate of the credentials' CA only.
+async fn serve_relay(
+    listen: SocketAddr,
+    tls: bool,
+    hub: Arc<Hub>,
+    peers: watch::Receiver<Vec<peer::HubblePeer>>,
+) -> Result<JoinHandle<()>> {
+    let acceptor = if tls {
+        Some(relay_tls().context("mutual TLS for flows.relay_listen (flows.relay_tls = false serves plain gRPC)")?)
+    } else {
+        None
+    };
+    let routes = Routes::new(health().await)
+        .add_service(ObserverServer::new(observer::ObserverService { hub }))
+        .add_service(PeerServer::new(peer::PeerService { peers, tls }));
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding Hubble Relay's API to {listen}"))?;
+    let incoming = futures::stream::unfold(listener, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) });
+    Ok(tokio::spawn(server::run(routes, incoming, acceptor)))
+}
+
+/// The tracepoint behind the kernel's drops, once the event ring is pinned.
+enum KernelDrops {
+    Off,
+    On(kernel_drops::KernelDrops),
+    Failed(String),
 }
 
 /// Flow visibility as the configuration asks for it.
-#[derive(Default)]
 pub struct FlowService {
     hub: Option<Arc<Hub>>,
     reader: Option<JoinHandle<()>>,
     server: Option<(String, JoinHandle<()>)>,
+    relay: Option<(String, JoinHandle<()>)>,
+    log: Option<(flow_log::LogConfig, JoinHandle<()>)>,
+    kernel_drops: KernelDrops,
+    /// The cluster's nodes by name and address, and the port Relay reaches
+    /// them on: what the Peer service names.
+    nodes: Vec<(String, Ipv6Addr)>,
+    relay_port: Option<u16>,
+    peers: watch::Sender<Vec<peer::HubblePeer>>,
+}
+
+impl Default for FlowService {
+    fn default() -> Self {
+        FlowService {
+            hub: None,
+            reader: None,
+            server: None,
+            relay: None,
+            log: None,
+            kernel_drops: KernelDrops::Off,
+            nodes: Vec::new(),
+            relay_port: None,
+            peers: watch::channel(Vec::new()).0,
+        }
+    }
 }
 
 impl FlowService {
@@ -195,8 +278,11 @@ impl FlowService {
             if let Some(reader) = self.reader.take() {
                 reader.abort();
             }
-            if let Some((_, server)) = self.server.take() {
+            for (_, server) in [self.server.take(), self.relay.take()].into_iter().flatten() {
                 server.abort();
+            }
+            if let Some((_, log)) = self.log.take() {
+                log.abort();
             }
         }
         let hub = self.hub.clone().expect("set above");
@@ -218,7 +304,7 @@ impl FlowService {
                 server.abort();
             }
             if let Some(target) = &flows.hubble {
-                match serve(target, hub).await {
+                match serve(target, hub.clone()).await {
                     Ok(task) => {
                         log::info!("Hubble's API on {listen}");
                         self.server = Some((listen.clone(), task));
@@ -231,7 +317,106 @@ impl FlowService {
             }
         }
         state.hubble = listen;
+        self.sync_kernel_drops(pin_dir, flows.enabled, &mut state).await;
+        self.sync_relay(flows, hub.clone(), &mut state).await;
+        self.sync_log(flows, hub, &mut state);
         state
+    }
+
+    async fn sync_kernel_drops(&mut self, pin_dir: &Path, enabled: bool, state: &mut FlowsState) {
+        if !enabled {
+            self.kernel_drops = KernelDrops::Off;
+        } else if matches!(self.kernel_drops, KernelDrops::Off) && self.reading() {
+            // On a thread of its own: it reads the kernel's BTF (a second or so).
+            let pin_dir = pin_dir.to_path_buf();
+            self.kernel_drops = match tokio::task::spawn_blocking(move || kernel_drops::start(&pin_dir)).await {
+                Ok(Ok(drops)) => {
+                    log::info!("the kernel's drops of pods' packets are flows ({} drop reasons)", drops.reported);
+                    KernelDrops::On(drops)
+                }
+                Ok(Err(e)) => {
+                    log::error!("the kernel's drops are not flows: {e:#}");
+                    KernelDrops::Failed(format!("{e:#}"))
+                }
+                Err(e) => KernelDrops::Failed(format!("loading the kernel drops' program: {e}")),
+            };
+        }
+        state.kernel_drops = match &self.kernel_drops {
+            KernelDrops::Off => "off".into(),
+            KernelDrops::On(drops) => format!("on ({} drop reasons)", drops.reported),
+            KernelDrops::Failed(e) => format!("not reported: {e}"),
+        };
+    }
+
+    fn sync_log(&mut self, flows: &Flows, hub: Arc<Hub>, state: &mut FlowsState) {
+        let config = flows.log_path.clone().map(|path| flow_log::LogConfig {
+            path,
+            max_bytes: flows.log_max_bytes,
+            rotated_files: flows.log_rotated_files,
+        });
+        if self.log.as_ref().map(|(c, task)| (c, task.is_finished())) != config.as_ref().map(|c| (c, false)) {
+            if let Some((_, task)) = self.log.take() {
+                task.abort();
+            }
+            if let Some(config) = config.clone() {
+                match flow_log::start(&hub, config.clone()) {
+                    Ok(task) => self.log = Some((config, task)),
+                    Err(e) => {
+                        log::error!("{e:#}");
+                        state.log_error = Some(format!("{e:#}"));
+                    }
+                }
+            }
+        }
+        state.log = config.map(|c| c.path.display().to_string()).unwrap_or_default();
+    }
+
+    async fn sync_relay(&mut self, flows: &Flows, hub: Arc<Hub>, state: &mut FlowsState) {
+        let how = if flows.relay_tls { "mutual TLS" } else { "plain gRPC, no TLS" };
+        let listen = flows.relay_listen.map(|a| format!("{a} ({how})")).unwrap_or_default();
+        if self.relay.as_ref().map(|(l, _)| l.as_str()).unwrap_or("") != listen {
+            if let Some((_, server)) = self.relay.take() {
+                server.abort();
+            }
+            if let Some(address) = flows.relay_listen {
+                match serve_relay(address, flows.relay_tls, hub, self.peers.subscribe()).await {
+                    Ok(task) => {
+                        log::info!("Hubble Relay's API on {listen}");
+                        self.relay = Some((listen.clone(), task));
+                    }
+                    Err(e) => {
+                        log::error!("{e:#}");
+                        state.relay_error = Some(format!("{e:#}"));
+                    }
+                }
+            }
+        }
+        state.relay = listen;
+        self.relay_port = flows.relay_listen.map(|a| a.port());
+        self.publish_peers();
+    }
+
+    /// The cluster's nodes as the API names them (this one included), for
+    /// the Peer service.
+    pub fn set_nodes(&mut self, nodes: Vec<(String, Ipv6Addr)>) {
+        self.nodes = nodes;
+        self.publish_peers();
+    }
+
+    fn publish_peers(&self) {
+        let peers = match self.relay_port {
+            Some(port) => self
+                .nodes
+                .iter()
+                .map(|(name, address)| peer::HubblePeer { name: name.clone(), address: SocketAddr::new((*address).into(), port) })
+                .collect(),
+            None => Vec::new(),
+        };
+        self.peers.send_if_modified(|current| {
+            let changed = *current != peers;
+            *current = peers;
+            changed
+        });
     }
 
     pub fn set_names(&self, names: Names) {
@@ -243,5 +428,114 @@ impl FlowService {
     /// Whether the reader is running: it starts once the ring is pinned.
     pub fn reading(&self) -> bool {
         self.reader.as_ref().is_some_and(|r| !r.is_finished())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use hyper_util::rt::TokioIo;
+    use tokio::net::UnixStream;
+    use v6node_hubble::{
+        flow::Flow,
+        observer::{get_flows_response::ResponseTypes, observer_client::ObserverClient, GetFlowsRequest},
+    };
+
+    use super::*;
+
+    fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    async fn client(path: std::path::PathBuf) -> ObserverClient<tonic::transport::Channel> {
+        // The URI is gRPC's; the connection is the unix socket. HTTP/2's
+        // smallest windows: what the clients hold, in this same process,
+        // stays small beside what the agent holds for them.
+        let channel = tonic::transport::Endpoint::from_static("http://[::1]:4244")
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+            }))
+            .await
+            .unwrap();
+        ObserverClient::new(channel)
+    }
+
+    fn a_flow(n: u64) -> Flow {
+        Flow { node_name: "node-a".into(), uuid: format!("flow {n} of a test, with some length to it"), ..Default::default() }
+    }
+
+    /// 1,000 clients follow, each on its own connection, and none reads:
+    /// the hub takes flows as fast as with none, the memory stops growing
+    /// once their backlogs are full, and a client that reads again is told
+    /// what it lost.
+    #[tokio::test]
+    async fn a_thousand_slow_followers_hold_nothing_up_and_cost_bounded_memory() {
+        const FOLLOWERS: usize = 1000;
+        let path = std::env::temp_dir().join(format!("v6node-followers-{}.sock", std::process::id()));
+        let hub = Arc::new(Hub::new("node-a".into(), 1024));
+        let server = serve(&MetricsListen::Unix(path.clone()), hub.clone()).await.unwrap();
+        let mut sent = 0;
+        let mut push = |count: u64| {
+            let started = Instant::now();
+            for n in sent..sent + count {
+                hub.push(a_flow(n));
+            }
+            sent += count;
+            started.elapsed()
+        };
+        let alone = push(50_000);
+        let before = rss_kib();
+
+        let mut followers = Vec::new();
+        for _ in 0..FOLLOWERS {
+            let mut client = client(path.clone()).await;
+            let stream = client.get_flows(GetFlowsRequest { follow: true, ..Default::default() }).await.unwrap().into_inner();
+            followers.push((client, stream));
+        }
+        // Flows until the backlogs (in the agent, the sockets, the clients)
+        // are full: the memory stays put for three rounds.
+        let (mut filled, mut steady) = (rss_kib(), 0);
+        for _ in 0..80 {
+            push(20_000);
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let now = rss_kib();
+            steady = if now <= filled + filled / 200 { steady + 1 } else { 0 };
+            filled = filled.max(now);
+            if steady == 5 {
+                break;
+            }
+        }
+        assert_eq!(steady, 5, "the memory never stopped growing: {filled} KiB");
+        let followed = push(50_000);
+        for _ in 0..10 {
+            push(20_000);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let after = rss_kib();
+        eprintln!(
+            "50,000 flows pushed in {alone:?} with no follower, in {followed:?} with {FOLLOWERS} stalled ones; \
+             RSS {before} KiB before they came, {filled} KiB with their backlogs full, {after} KiB after 250,000 more flows"
+        );
+        assert!(followed < alone * 5 + Duration::from_millis(200), "pushing slowed from {alone:?} to {followed:?}");
+        assert!(after <= filled + filled / 33, "memory grew from {filled} KiB to {after} KiB with stalled followers");
+
+        // One reads again: what its backlog held, and how much it lost.
+        let (_, stream) = &mut followers[0];
+        let mut lost = 0;
+        while let Ok(Ok(Some(response))) = tokio::time::timeout(Duration::from_millis(500), stream.message()).await {
+            if let Some(ResponseTypes::LostEvents(l)) = response.response_types {
+                lost += l.num_events_lost;
+            }
+        }
+        assert!(lost > 100_000, "lost {lost} of {sent}");
+        assert!(counts::LOST_TO_FOLLOWERS.load(Ordering::Relaxed) >= lost);
+        server.abort();
+        let _ = std::fs::remove_file(path);
     }
 }

@@ -24,7 +24,7 @@ use super::{filter::Filters, hub::Hub};
 type Answer<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// Responses a client may have in flight before its stream waits for it.
-const CLIENT_BACKLOG: usize = 256;
+const CLIENT_BACKLOG: usize = 16;
 
 pub struct ObserverService {
     pub hub: Arc<Hub>,

@@ -49,6 +49,9 @@ enum v6n_reason {
 	V6N_REASON_DROP_POLICY_INGRESS = 25, /* no rule of the receiving pod's policies allows it */
 	V6N_REASON_DROP_POLICY_EGRESS = 26,  /* no rule of the sending pod's policies allows it */
 	V6N_REASON_POLICY_AUDIT = 27,        /* would have been denied; passed, as the pod's policy is audited */
+	/* Seen by trace.bpf.c, not by the exit: the kernel freed a packet of a
+	 * pod on this node with a drop reason of its own (skb:kfree_skb). */
+	V6N_REASON_DROP_KERNEL = 28,
 	V6N_REASON_COUNT
 };
 
@@ -587,6 +590,8 @@ struct v6n_flow_event {
 	__u16 xlat_sport;
 	__u16 xlat_dport;
 	__u32 frontend; /* the Service frontend's id (with V6N_EVENT_SERVICE) */
+	__u32 kernel_reason; /* with V6N_REASON_DROP_KERNEL: the kernel's enum skb_drop_reason */
+	__u32 pad;
 };
 
 /* The event's `translated` bits. */
@@ -614,5 +619,12 @@ struct v6n_event_stats {
  * reads every V6N_EVENTS_READ_MS on its own. */
 #define V6N_EVENTS_WAKE_BYTES (64 * sizeof(struct v6n_flow_event))
 #define V6N_EVENTS_READ_MS 10
+
+/* v6n_kernel_drop_reasons: array by the running kernel's enum
+ * skb_drop_reason, 1 where a pod's packet freed with that reason is a flow
+ * event. Written by the agent from the kernel's BTF (all zero: none); it
+ * leaves out what the datapath reports itself (a tc or netkit drop) and
+ * frees without a reason. */
+#define V6N_KERNEL_DROP_REASONS_MAX 1024
 
 #endif /* V6NODE_ABI_H */

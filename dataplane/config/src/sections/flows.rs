@@ -2,6 +2,8 @@
 //! `[flows]`: flow events from the datapath, the flows the agent keeps of
 //! them, and where it serves them (Hubble's observer API).
 
+use std::{net::SocketAddr, path::PathBuf};
+
 use serde::Serialize;
 use toml::Table;
 
@@ -13,6 +15,8 @@ pub const FLOW_EVENTS_PER_SECOND_DEFAULT: u32 = 5000;
 pub const FLOW_EVENTS_BURST_DEFAULT: u32 = 1000;
 pub const FLOWS_KEPT_DEFAULT: u32 = 16384;
 pub const FLOWS_KEPT_MAX: u32 = 1 << 20;
+pub const FLOW_LOG_MAX_BYTES_DEFAULT: u64 = 16 << 20;
+pub const FLOW_LOG_ROTATED_FILES_DEFAULT: u32 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Flows {
@@ -28,6 +32,18 @@ pub struct Flows {
     /// Where Hubble's observer API is served; `None`: nowhere.
     #[serde(serialize_with = "serialize_optional_displayed")]
     pub hubble: Option<MetricsListen>,
+    /// The TCP address where Hubble Relay reaches this node (its Observer
+    /// and the Peer service naming every node); `None`: not served.
+    pub relay_listen: Option<SocketAddr>,
+    /// Whether that listener takes only mutual TLS (the certificate, key
+    /// and client CA are the unit's credentials).
+    pub relay_tls: bool,
+    /// The flow log: every flow a JSON line in this file; `None`: none.
+    pub log_path: Option<PathBuf>,
+    /// The size at which the log is rotated.
+    pub log_max_bytes: u64,
+    /// How many rotated logs are kept beside the one written.
+    pub log_rotated_files: u32,
 }
 
 impl Default for Flows {
@@ -38,12 +54,33 @@ impl Default for Flows {
             burst: FLOW_EVENTS_BURST_DEFAULT,
             keep: FLOWS_KEPT_DEFAULT,
             hubble: None,
+            relay_listen: None,
+            relay_tls: true,
+            log_path: None,
+            log_max_bytes: FLOW_LOG_MAX_BYTES_DEFAULT,
+            log_rotated_files: FLOW_LOG_ROTATED_FILES_DEFAULT,
         }
     }
 }
 
 pub(crate) fn read(v: &Validator, root: &Table, flows: &mut Flows) -> Result<()> {
-    let Some(t) = v.section(root, "flows", &["enabled", "events_per_second", "burst", "keep", "hubble"])? else {
+    let Some(t) = v.section(
+        root,
+        "flows",
+        &[
+            "enabled",
+            "events_per_second",
+            "burst",
+            "keep",
+            "hubble",
+            "relay_listen",
+            "relay_tls",
+            "log_path",
+            "log_max_bytes",
+            "log_rotated_files",
+        ],
+    )?
+    else {
         return Ok(());
     };
     if let Some(enabled) = v.boolean(t, "flows.enabled")? {
@@ -70,6 +107,34 @@ pub(crate) fn read(v: &Validator, root: &Table, flows: &mut Flows) -> Result<()>
             s => Some(s.parse().map_err(|r| v.err("flows.hubble", r))?),
         };
     }
+    if let Some(s) = v.string(t, "flows.relay_listen")? {
+        flows.relay_listen = match s {
+            "" => None,
+            s => Some(
+                s.parse()
+                    .map_err(|_| v.err("flows.relay_listen", format!("`{s}` is no address and port, like \"[::]:4244\"")))?,
+            ),
+        };
+    }
+    if let Some(tls) = v.boolean(t, "flows.relay_tls")? {
+        flows.relay_tls = tls;
+    }
+    if let Some(s) = v.string(t, "flows.log_path")? {
+        flows.log_path = match s {
+            "" => None,
+            s if s.starts_with('/') && !s.ends_with('/') => Some(PathBuf::from(s)),
+            s => return Err(v.err("flows.log_path", format!("`{s}` is no absolute path of a file"))),
+        };
+    }
+    if let Some(n) = v.integer(t, "flows.log_max_bytes")? {
+        flows.log_max_bytes = u64::try_from(n)
+            .ok()
+            .filter(|n| (65_536..=1 << 30).contains(n))
+            .ok_or_else(|| v.err("flows.log_max_bytes", format!("{n} is out of range; expected 65536..=1073741824")))?;
+    }
+    if let Some(n) = v.integer(t, "flows.log_rotated_files")? {
+        flows.log_rotated_files = within("flows.log_rotated_files", n, 1..=100)?;
+    }
     Ok(())
 }
 
@@ -84,15 +149,23 @@ mod tests {
         assert!(flows.enabled);
         assert_eq!((flows.events_per_second, flows.burst, flows.keep), (5000, 1000, 16384));
         assert_eq!(flows.hubble, None);
+        assert_eq!((flows.relay_listen, flows.relay_tls), (None, true));
+        assert_eq!((flows.log_path, flows.log_max_bytes, flows.log_rotated_files), (None, 16 << 20, 4));
     }
 
     #[test]
     fn every_key_read() {
         let flows =
-            ok("[flows]\nenabled = false\nevents_per_second = 20\nburst = 5\nkeep = 64\nhubble = \"unix:/run/h.sock\"").flows;
+            ok("[flows]\nenabled = false\nevents_per_second = 20\nburst = 5\nkeep = 64\nhubble = \"unix:/run/h.sock\"\nrelay_listen = \"[::]:4244\"\nrelay_tls = false\n\
+             log_path = \"/var/log/v6node/flows.jsonl\"\nlog_max_bytes = 65536\nlog_rotated_files = 2").flows;
         assert!(!flows.enabled);
         assert_eq!((flows.events_per_second, flows.burst, flows.keep), (20, 5, 64));
         assert_eq!(flows.hubble, Some(MetricsListen::Unix("/run/h.sock".into())));
+        assert_eq!((flows.relay_listen, flows.relay_tls), (Some("[::]:4244".parse().unwrap()), false));
+        assert_eq!(
+            (flows.log_path.unwrap().to_str(), flows.log_max_bytes, flows.log_rotated_files),
+            (Some("/var/log/v6node/flows.jsonl"), 65536, 2)
+        );
     }
 
     #[test]
@@ -102,5 +175,9 @@ mod tests {
         bad("flows.keep = 2", "flows.keep", "2 is out of range; expected 16..=1048576");
         bad("flows.hubble = \"sock\"", "flows.hubble", "cannot parse `sock`");
         bad("flows.ring = 1", "flows.ring", "unknown key `ring`");
+        bad("flows.relay_listen = \"4244\"", "flows.relay_listen", "`4244` is no address and port");
+        bad("flows.log_path = \"flows.jsonl\"", "flows.log_path", "`flows.jsonl` is no absolute path of a file");
+        bad("flows.log_max_bytes = 1000", "flows.log_max_bytes", "1000 is out of range; expected 65536..=1073741824");
+        bad("flows.log_rotated_files = 0", "flows.log_rotated_files", "0 is out of range; expected 1..=100");
     }
 }
