@@ -70,3 +70,28 @@ write_trixie_sources() {
         fi
     } >"$out"
 }
+
+# hubble_tls DIR NODE...: the mutual TLS between Hubble Relay and v6node
+# nodes, in DIR: a CA (ca.crt), each NODE's server certificate and key
+# (NODE.crt, NODE.key) under the names Relay checks (Cilium's:
+# NODE.default.hubble-grpc.cilium.io, and hubble-peer.default.hubble-grpc
+# .cilium.io for the Peer service), and Relay's client certificate
+# (hubble-relay.crt, .key). For test clusters: 30 days, keys unencrypted.
+hubble_tls() {
+    local dir=$1 node
+    shift
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+        -subj "/CN=v6node test Hubble CA" -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null || return 1
+    hubble_tls_issue() { # hubble_tls_issue DIR NAME SUBJECT_ALT_NAMES EXTENDED_KEY_USAGE
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$2" \
+            -keyout "$1/$2.key" -out "$1/$2.csr" 2>/dev/null &&
+            openssl x509 -req -in "$1/$2.csr" -CA "$1/ca.crt" -CAkey "$1/ca.key" -CAcreateserial -days 30 \
+                -extfile <(printf 'subjectAltName=%s\nextendedKeyUsage=%s\n' "$3" "$4") -out "$1/$2.crt" 2>/dev/null
+    }
+    for node in "$@"; do
+        hubble_tls_issue "$dir" "$node" \
+            "DNS:${node//./-}.default.hubble-grpc.cilium.io,DNS:hubble-peer.default.hubble-grpc.cilium.io" serverAuth || return 1
+    done
+    hubble_tls_issue "$dir" hubble-relay DNS:hubble-relay.default.hubble-grpc.cilium.io clientAuth
+}
