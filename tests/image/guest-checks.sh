@@ -175,6 +175,19 @@ dataplane_running() {
     head -4 /tmp/status.txt
 }
 
+# hubble_socket_serves: the vendor config's Hubble socket answers gRPC's
+# health check for the Observer (what `hubble` asks first) as SERVING: a
+# HealthCheckRequest for "hubble.server.Observer", framed by hand for curl.
+hubble_socket_serves() {
+    local answer
+    grep -q "Hubble's API unix:/run/v6node/hubble.sock" /tmp/status.txt || { grep -A3 '^flows:' /tmp/status.txt; return 1; }
+    answer=$(printf '\0\0\0\0\030\n\026hubble.server.Observer' |
+        curl -s --max-time 5 --http2-prior-knowledge --unix-socket /run/v6node/hubble.sock -H 'content-type: application/grpc' \
+            -H 'te: trailers' --data-binary @- http://localhost/grpc.health.v1.Health/Check | od -An -tx1 | tr -s ' \n' ' ')
+    echo "health answer:$answer"
+    [[ "$answer" == " 00 00 00 00 02 08 01 " ]]
+}
+
 dataplane_in_bpftool() {
     local programs net
     programs=$(bpftool prog show | grep -oE 'name v6n_[a-z_]+' | sort -u | tr '\n' ' ')
@@ -641,6 +654,7 @@ default)
     pass_if "uplink $uplink has a SLAAC address from the router" uplink_slaac
     pass_if "default route is IPv6, via the router" ipv6_default_route
     pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
+    pass_if "Hubble's API on /run/v6node/hubble.sock answers gRPC health for hubble.server.Observer: SERVING" hubble_socket_serves
     pass_if "bpftool lists the dataplane's programs and tcx links" dataplane_in_bpftool
     pass_if "Service socket hooks (connect, sendmsg, recvmsg, getpeername) on the root cgroup" service_hooks_on_root_cgroup
     pass_if "dataplane logs carry journald priorities, no colour" dataplane_logs_for_journald

@@ -22,6 +22,8 @@
 # TAP comments. The API server (1.36) itself refuses host bits and an
 # except outside its block; the agent's naming of what it cannot enforce as
 # written is seen with an IPv4 block on a node whose NAT64 prefix is no /96.
+# Flows are read with the stock hubble CLI on the agent's socket, and at the
+# end through the stock Hubble Relay over mutual TLS (relay_listen).
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/policy.sh
 set -uo pipefail
@@ -41,9 +43,16 @@ declare -A pod_ip
 export V6NODE_CNI_CONF_DIR=$work/cni
 cni_bin=$(dirname "$bin")/v6node-cni
 agent_pid=
+# The Service socket hooks on a cgroup of the test's own, where only the
+# client of section 16's Service runs.
+cgroup2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+cg=$cgroup2/$id
+mkdir -p "$cg"
 cleanup_netns+=("$node" "$gw_ns")
 cleanup() {
+    rmdir "$cg" 2>/dev/null
     ((tap_failed == 0)) || tail -n 40 "$work/agent.log" | sed 's/^/# agent: /'
+    [[ -z "${relay_pid:-}" ]] || kill "$relay_pid" 2>/dev/null
     control_plane_down
     in_node "$bin" detach --force >/dev/null 2>&1
 }
@@ -82,7 +91,7 @@ mkdir -p "$root/usr/lib/v6node" "$work/state"
 config() { # config MODE [TOML]: the agent's configuration with policy.mode MODE (and TOML)
     cat >"$root/usr/lib/v6node/dataplane.toml" <<EOF
 [services]
-cgroup = ""
+cgroup = "$cg"
 [attach]
 devices = ["eth0"]
 [bigtcp]
@@ -94,12 +103,18 @@ node_name = "node-a"
 listen = "unix:$work/metrics.sock"
 [flows]
 hubble = "unix:$work/hubble.sock"
+log_path = "$work/flow-log/flows.jsonl"
+${flows_relay:-}
 [policy]
 mode = "$1"
 ${2:-}
 EOF
 }
 config enforce
+# The unit's credentials directory, empty until the Hubble Relay checks
+# (section 17) put the node's certificate there.
+export CREDENTIALS_DIRECTORY=$work/credentials
+mkdir -p "$CREDENTIALS_DIRECTORY"
 agent_start
 retry 30 test -e "$V6NODE_CNI_CONF_DIR/10-v6node.conflist" || { echo "Bail out! the agent wrote no CNI configuration"; exit 1; }
 
@@ -311,6 +326,12 @@ pass_if "hubble observe --pod team-a/server --verdict DROPPED: the client's SYN,
     eventually observed '.source.pod_name == "client" and .drop_reason_desc == "POLICY_DENIED" and .traffic_direction == "INGRESS"
         and any(.ingress_denied_by[]; .namespace == "team-a" and .name == "deny-all" and .kind == "NetworkPolicy")' \
     --pod team-a/server --verdict DROPPED
+logged_drop() {
+    jq -e -s 'any(.[]; .verdict == "DROPPED" and .reason == "policy_denied_ingress" and .source.pod == "client"
+        and .destination.pod == "server" and .destination.port == 8080 and .denied_by == ["team-a/deny-all"])' \
+        "$work/flow-log/flows.jsonl" >/dev/null
+}
+pass_if "the flow log (log_path): the same drop as a JSON line, both pods, port 8080, denied_by team-a/deny-all" eventually logged_drop
 flow_metrics() {
     metrics | grep -E '^v6node_flows_total\{verdict="dropped",reason="policy_denied_ingress",protocol="tcp",direction="from_pod"\} [1-9]' &&
         metrics | grep -E '^v6node_flow_events_total\{reason="policy_denied_ingress",outcome="sent"\} [1-9]'
@@ -777,6 +798,96 @@ kc delete clusternetworkpolicies --all >/dev/null
 unpolicy team-a allow-client
 pass_if "every ClusterNetworkPolicy and NetworkPolicy deleted: status shows no pod with rules and no problem" retry 60 none_isolated
 pass_if "... and everything is reachable again, the client's node too" eventually eval 'open_again && pod_to_node'
+
+# --- 16. the kernel's own drops -------------------------------------------------------
+# A SYN to a port nothing listens on: the server's kernel answers with a
+# reset and frees the SYN with the reason NO_SOCKET (skb:kfree_skb).
+pass_if "status: the kernel's drops are flows (trace.bpf.c on skb:kfree_skb, loaded with the kernel's BTF)" \
+    eventually status_holds '.flows.kernel_drops | startswith("on (")'
+kernel_drop_seen() {
+    http client server 9999 >/dev/null 2>&1
+    observed '.verdict == "DROPPED" and .Summary == "kernel_drop: NO_SOCKET" and .source.pod_name == "client"
+        and .destination.pod_name == "server" and .l4.TCP.destination_port == 9999 and .l4.TCP.flags.SYN' \
+        --pod team-a/server --verdict DROPPED
+}
+pass_if "hubble observe: the client's SYN to a closed port of the server, dropped by the server's kernel: kernel_drop: NO_SOCKET" \
+    eventually kernel_drop_seen
+
+# A pod's connection to a ClusterIP: the socket hook gives it the backend
+# at connect, and its flow names the Service through the socket's cookie.
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: web, namespace: team-a }
+spec: { clusterIP: fd00:10:96::80, clusterIPs: ["fd00:10:96::80"], ipFamilies: [IPv6], ports: [{ name: http, port: 80, protocol: TCP }] }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: web-1, namespace: team-a, labels: { kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: v6node-test } }
+addressType: IPv6
+ports: [{ name: http, port: 8080, protocol: TCP }]
+endpoints: [{ addresses: ["${pod_ip[server]}"], nodeName: node-a, conditions: { ready: true } }]
+EOF
+service_flow_seen() {
+    local answer
+    answer=$(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" nsenter --net="/run/netns/$id-client" \
+        curl -sS --connect-timeout 0.5 -m 2 "http://[fd00:10:96::80]/" 2>&1)
+    [[ "$answer" == server ]] || { echo "# client -> team-a/web: ${answer:-no answer}"; return 1; }
+    observed '.source.pod_name == "client" and .destination.pod_name == "server" and .l4.TCP.destination_port == 8080
+        and .destination_service.name == "web" and .destination_service.namespace == "team-a"' --to-service team-a/web
+}
+pass_if "the client (its socket in the hooks' cgroup) -> ClusterIP team-a/web: the server answers; hubble observe --to-service team-a/web: the flow to the backend names the Service" \
+    eventually service_flow_seen
+
+# --- 17. Hubble Relay: this node's flows over mutual TLS ------------------------------
+# The stock Relay (scripts/build-hubble) in the control plane's namespace
+# asks the node's Peer service for the nodes (node-a, at its InternalIP),
+# then node-a for its flows, as in a cluster.
+flows_relay='relay_listen = "[fd00:9::a]:4244"'
+config enforce
+in_node "$bin" reload --pid "$agent_pid" >>"$work/reload.log" 2>&1
+relay_status() { # relay_status EXIT JQ: status --json exits EXIT (1: a problem) and its .flows holds JQ
+    local out rc
+    out=$(in_node "$bin" status --json)
+    rc=$?
+    ((rc == $1)) && jq -e ".flows | $2" >/dev/null <<<"$out" ||
+        { echo "# status exit $rc; flows: $(jq -c '.flows | {relay, relay_error}' <<<"$out"); problems: $(jq -c .problems <<<"$out")"; return 1; }
+}
+no_credentials() {
+    relay_status 1 '.relay == "[fd00:9::a]:4244 (mutual TLS)" and (.relay_error | contains("credential v6node.hubble.tls-cert"))' &&
+        grep -q "Hubble Relay's API: not served on" <<<"$(in_node "$bin" status)" && hubble status | grep -q 'Flows/s'
+}
+pass_if "relay_listen with mutual TLS and no credentials: status exits 1 naming the missing credential; the local API still answers" \
+    eventually no_credentials
+hubble_tls "$work/hubble-tls" node-a >"$work/hubble-tls.log" 2>&1 || { echo "Bail out! openssl failed"; exit 1; }
+cp "$work/hubble-tls/node-a.crt" "$CREDENTIALS_DIRECTORY/v6node.hubble.tls-cert"
+cp "$work/hubble-tls/node-a.key" "$CREDENTIALS_DIRECTORY/v6node.hubble.tls-key"
+cp "$work/hubble-tls/ca.crt" "$CREDENTIALS_DIRECTORY/v6node.hubble.tls-client-ca"
+in_node "$bin" reload --pid "$agent_pid" >>"$work/reload.log" 2>&1
+pass_if "... with the credentials in place (reload): served, no error" \
+    eventually relay_status 0 '.relay == "[fd00:9::a]:4244 (mutual TLS)" and .relay_error == null'
+at "$gw_ns" "$top/build/hubble/bin/hubble-relay" serve --peer-service "[fd00:9::a]:4244" \
+    --listen-address "[::1]:4245" --health-listen-address "[::1]:4222" --disable-server-tls --gops=false \
+    --tls-hubble-server-ca-files "$work/hubble-tls/ca.crt" --tls-hubble-client-cert-file "$work/hubble-tls/hubble-relay.crt" \
+    --tls-hubble-client-key-file "$work/hubble-tls/hubble-relay.key" >"$work/hubble-relay.log" 2>&1 &
+relay_pid=$!
+relay() { at "$gw_ns" "$top/build/hubble/bin/hubble" --server "[::1]:4245" "$@"; }
+relay_nodes() { relay list nodes | grep -E '^node-a +Connected'; }
+pass_if "Hubble Relay, told only the Peer service's address: hubble list nodes shows node-a Connected" eventually relay_nodes
+through_relay() {
+    reaches client server 8080 &&
+        relay observe -o json --last 1000 --pod team-a/server --protocol tcp |
+        jq -e -s 'any(.[]; .node_name == "node-a" and .flow.source.pod_name == "client" and .flow.destination.pod_name == "server")' >/dev/null
+}
+pass_if "hubble observe through Relay: the client's connection to the server, from node-a, both pods named" eventually through_relay
+no_client_certificate() {
+    ! at "$gw_ns" "$top/build/hubble/bin/hubble" --server "[fd00:9::a]:4244" --tls --tls-allow-insecure --timeout 5s status >"$work/no-cert.log" 2>&1 &&
+        ! at "$gw_ns" "$top/build/hubble/bin/hubble" --server "[fd00:9::a]:4244" --timeout 5s status >>"$work/no-cert.log" 2>&1 &&
+        relay_nodes
+}
+pass_if "bad input: a client without a certificate of the CA is refused, with TLS and without; Relay stays connected" no_client_certificate
+kill "$relay_pid"
+wait "$relay_pid" 2>/dev/null
 
 agent_stop
 tap_done
