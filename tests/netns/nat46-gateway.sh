@@ -18,7 +18,8 @@
 # that changes nothing, status, and ICMP errors following their flow both
 # ways (a backend's closed port refuses the client's socket; a client's
 # closed port is reported to the backend's; an IPv4 router's Fragmentation
-# Needed shrinks the backend's TCP segments to c5 behind it).
+# Needed shrinks the backend's TCP segments to c5 behind it); a flow through
+# the stock hubble CLI, from the IPv4 client to its backend.
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat46-gateway.sh
 set -uo pipefail
@@ -82,11 +83,14 @@ backends = [${list//PORT/5353}]
 [[nat46.gateway]]
 frontend = "198.51.100.80:80"
 backends = [${list//PORT/8080}]
+[flows]
+hubble = "unix:$work/hubble.sock"
 TOML
 }
 reload() { in_node "$bin" reload --pid "$agent_pid"; }
 
 gateway_config "1 2 3"
+use_hubble
 agent_start
 pass_if "agent with [nat46] becomes ready" test $? = 0
 buckets() { jq_status '[.nat64.nat46.frontends[] | select(.protocol == "udp") | .backends[] | .buckets] | join(" ")'; }
@@ -108,6 +112,14 @@ within5() {
 nsenter --net="/run/netns/$c4" python3 "$here/nat46-flows.py" tcp-hold 198.51.100.80 80 60 "$work/go" "$work/tcp" &
 pass_if "60 TCP connections to 198.51.100.80:80, each answered by a backend" retry 30 grep -qx 'open 60' "$work/tcp"
 pass_if "...spread over all three backends" test "$(sort -u "$work/tcp.names" | paste -sd' ')" = "b1 b2 b3"
+nat46_flow_seen() {
+    observed '.IP.source == "192.0.2.2" and (.IP.destination | test("^2001:db8:6:[123]::2$")) and .verdict == "FORWARDED"
+        and .l4.TCP.destination_port == 8080
+        and (.Summary | test("^translated(_to_stack)?; frontend 198.51.100.80:80 to backend \\[2001:db8:6:[123]::2\\]:8080$"))' \
+        --from-ip 192.0.2.2 --protocol tcp
+}
+pass_if "hubble observe --from-ip 192.0.2.2: a connection's new flow, from the IPv4 client to its backend, naming the frontend" \
+    retry 10 nat46_flow_seen
 
 # --- 12,000 UDP flows ------------------------------------------------------------
 at "$c4" $flows udp-flows 198.51.100.80 53 20000 12000 >"$work/udp-1"

@@ -26,8 +26,8 @@ pub use generated::{
 };
 pub use generated::{
     v6n_event_config as EventConfig, v6n_event_kind as EventKind, v6n_event_stats as EventStats, v6n_flow_event as FlowEvent,
-    V6N_EVENTS_READ_MS as EVENTS_READ_MS, V6N_EVENT_SERVICE as EVENT_SERVICE, V6N_EVENT_XLAT as EVENT_XLAT,
-    V6N_KERNEL_DROP_REASONS_MAX as KERNEL_DROP_REASONS_MAX,
+    V6N_EVENTS_READ_MS as EVENTS_READ_MS, V6N_EVENT_NAT46 as EVENT_NAT46, V6N_EVENT_SERVICE as EVENT_SERVICE,
+    V6N_EVENT_XLAT as EVENT_XLAT, V6N_KERNEL_DROP_REASONS_MAX as KERNEL_DROP_REASONS_MAX,
 };
 pub use generated::{
     v6n_nat46_frontend as Nat46Frontend, v6n_nat46_frontend_key as Nat46FrontendKey,

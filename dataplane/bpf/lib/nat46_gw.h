@@ -230,6 +230,8 @@ static __noinline int v6n_nat46_inbound(struct __sk_buff *skb, __u32 l4, struct 
 		reason = v6n_nat46_open(cfg, s, fe, now);
 		if (reason)
 			return reason;
+		v6n_event_note_xlat(V6N_EVENT_NAT46, 0, s->client_key.saddr, s->client_key.sport, s->client_key.daddr,
+				    s->client_key.dport);
 		out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
 		if (!out)
 			return V6N_REASON_DROP_NAT46_STATE_FULL;

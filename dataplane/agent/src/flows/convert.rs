@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use prost_types::Timestamp;
-use v6node_abi::{Direction, EventKind, FlowEvent, Reason, EVENT_SERVICE, EVENT_XLAT};
+use v6node_abi::{Direction, EventKind, FlowEvent, Reason, EVENT_NAT46, EVENT_SERVICE, EVENT_XLAT};
 use v6node_hubble::flow::{
     layer4::Protocol, CiliumEventType, DropReason, Flow, FlowType, IcmPv4, IcmPv6, Ip, IpVersion, Layer4, NetworkInterface, Sctp,
     Tcp, TcpFlags, TraceObservationPoint, TraceReason, TrafficDirection, Udp, Verdict,
@@ -113,7 +113,8 @@ fn summary(event: &FlowEvent, reason: Reason, translated: bool) -> String {
             IpAddr::V4(v4) => format!("{v4}:{}", port(p)),
             IpAddr::V6(v6) => format!("[{v6}]:{}", port(p)),
         };
-        if event.translated & EVENT_SERVICE as u8 != 0 {
+        // A Service's, or a NAT46 gateway's frontend (IPv4, as it came).
+        if event.translated & (EVENT_SERVICE | EVENT_NAT46) as u8 != 0 {
             summary +=
                 &format!("; frontend {} to backend {}", side(event.xlat_daddr, event.xlat_dport), side(event.daddr, event.dport));
         } else {
@@ -225,6 +226,7 @@ pub fn flow(event: &FlowEvent, clock: &Clock, names: &Names, node: &str, mut dev
 mod tests {
     use super::*;
     use crate::flows::names::PodName;
+    use std::net::Ipv4Addr;
 
     const CLIENT: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 0, 0, 0, 0, 0xc);
     const SERVER: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 0, 0, 0, 0, 0x5);
@@ -286,6 +288,37 @@ mod tests {
         assert_eq!(flow.traffic_direction, TrafficDirection::Ingress as i32);
         assert_eq!(flow.ingress_denied_by[0].name, "only-client");
         assert!(flow.egress_denied_by.is_empty());
+    }
+
+    #[test]
+    fn a_nat46_flow_is_shown_from_its_ipv4_client_with_its_frontend_and_backend() {
+        let mut e = event(EventKind::V6N_EVENT_FLOW, Reason::V6N_REASON_XLAT_FORWARDED, Direction::V6N_DIRECTION_XLAT_4TO6);
+        e.translated = (EVENT_NAT46 | EVENT_XLAT) as u8;
+        e.frontend = 9;
+        e.xlat_saddr = Ipv4Addr::new(198, 51, 100, 7).to_ipv6_mapped().octets();
+        e.xlat_sport = 40001u16.to_be();
+        e.xlat_daddr = Ipv4Addr::new(192, 0, 2, 80).to_ipv6_mapped().octets();
+        e.xlat_dport = 80u16.to_be();
+        let flow = flow(&e, &Clock { offset_ns: 0 }, &names(), "gw", |_| None);
+        let ip = flow.ip.as_ref().unwrap();
+        assert_eq!((ip.source.as_str(), ip.destination.as_str()), ("198.51.100.7", "fd00:10::5"));
+        #[allow(deprecated)]
+        let summary = flow.summary.clone();
+        assert_eq!(summary, "translated; frontend 192.0.2.80:80 to backend [fd00:10::5]:8080");
+        // The frontend id is the gateway's, no Service's.
+        assert_eq!(flow.destination_service, None);
+    }
+
+    #[test]
+    fn a_kernel_drop_says_the_kernels_reason() {
+        let mut e = event(EventKind::V6N_EVENT_DROP, Reason::V6N_REASON_DROP_KERNEL, Direction::V6N_DIRECTION_TO_POD);
+        e.kernel_reason = 4242;
+        let flow = flow(&e, &Clock { offset_ns: 0 }, &names(), "node-a", |_| None);
+        assert_eq!(flow.verdict, Verdict::Dropped as i32);
+        #[allow(deprecated)]
+        let summary = flow.summary.clone();
+        // Named from the running kernel's BTF once the program is loaded; by number before.
+        assert_eq!(summary, "kernel_drop: reason 4242");
     }
 
     #[test]

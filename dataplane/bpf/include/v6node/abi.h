@@ -597,6 +597,7 @@ struct v6n_flow_event {
 /* The event's `translated` bits. */
 #define V6N_EVENT_SERVICE 1 /* the flow is a Service's: frontend says which */
 #define V6N_EVENT_XLAT 2    /* xlat_*: the flow as it left (a backend, a NAT64 binding) */
+#define V6N_EVENT_NAT46 4   /* a NAT46 gateway's new flow: xlat_* the IPv4 client and frontend as they came */
 
 /* v6n_event_config: array, key 0. Written by the agent; all zero (before
  * the agent writes it) sends no events. */
