@@ -352,6 +352,8 @@ bad_filter() {
 }
 pass_if "bad input: a filter the agent cannot judge (--protocol http) gets gRPC InvalidArgument naming it; hubble status answers after" \
     bad_filter
+node_listed() { hubble list nodes | grep -E '^node-a +Connected'; }
+pass_if "hubble list nodes on the node's own socket (GetNodes): node-a, Connected" node_listed
 
 # --- 3. allow by podSelector, on TCP 8080 only ---------------------------------------
 server_ingress allow-client '[{ from: [{ podSelector: { matchLabels: { app: client } } }], ports: [{ protocol: TCP, port: 8080 }] }]'

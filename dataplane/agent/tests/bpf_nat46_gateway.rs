@@ -10,8 +10,13 @@ mod common;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use common::{nat64::*, packet::*, *};
-use v6node_abi::{CtKey, CtValue, Direction, Reason, CT_ESTABLISHED};
+use common::{
+    events::{events, set_events},
+    nat64::*,
+    packet::*,
+    *,
+};
+use v6node_abi::{CtKey, CtValue, Direction, Reason, CT_ESTABLISHED, EVENT_NAT46, EVENT_XLAT};
 
 const D46: Direction = Direction::V6N_DIRECTION_XLAT_4TO6;
 const D64: Direction = Direction::V6N_DIRECTION_XLAT_6TO4;
@@ -119,6 +124,32 @@ fn a_client_reaches_a_backend_through_the_vip_and_the_replies_come_from_the_vip(
     assert_eq!(forward.flags & CT_ESTABLISHED as u8, CT_ESTABLISHED as u8, "answered: established");
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_FORWARDED), 1);
     assert_eq!(xlat.counted(D64, Reason::V6N_REASON_XLAT_FORWARDED), 1);
+}
+
+#[test]
+fn a_new_flow_is_one_event_naming_the_ipv4_client_and_frontend_and_the_backend() {
+    let (net, mut xlat) = gateway("nat46-event");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[102]);
+    set_events(&mut xlat.ebpf, true, 1000, 100);
+    xlat.run(&to_vip(40000, 80, TCP, TCP_SYN), net.v4);
+    let sent = events(&mut xlat.ebpf);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let e = &sent[0];
+    assert_eq!((e.reason, e.direction), (Reason::V6N_REASON_XLAT_FORWARDED as u8, D46 as u8));
+    assert_eq!(e.translated, (EVENT_NAT46 | EVENT_XLAT) as u8);
+    // As it came: the IPv4 client to the VIP; as it left: the embedded client to the backend.
+    assert_eq!(
+        (Ipv6Addr::from(e.xlat_saddr), u16::from_be(e.xlat_sport), Ipv6Addr::from(e.xlat_daddr), u16::from_be(e.xlat_dport)),
+        (CLIENT.to_ipv6_mapped(), 40000, VIP.to_ipv6_mapped(), 80)
+    );
+    assert_eq!(
+        (Ipv6Addr::from(e.saddr), Ipv6Addr::from(e.daddr), u16::from_be(e.dport)),
+        (CLIENT_AS_V6, BACKENDS[1], BACKEND_PORT)
+    );
+    // The flow's next packet and the backend's answer are no new flows.
+    xlat.run(&to_vip(40000, 80, TCP, TCP_ACK), net.v4);
+    xlat.run(&from_backend(BACKENDS[1], 40000, TCP, TCP_SYN_ACK), net.v6);
+    assert!(events(&mut xlat.ebpf).is_empty());
 }
 
 #[test]

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Hubble's Observer service over the agent's flows: GetFlows (recent,
-//! following, since and until, allow and deny filters), ServerStatus and
-//! GetNamespaces. GetNodes is Hubble Relay's to answer; agent and debug
-//! events are Cilium's own and have no counterpart here.
+//! following, since and until, allow and deny filters), ServerStatus,
+//! GetNamespaces and GetNodes (this node; Relay answers for the cluster);
+//! agent and debug events are Cilium's own and have no counterpart here.
 
 use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
@@ -15,8 +15,9 @@ use v6node_hubble::{
     observer::{
         get_flows_response::ResponseTypes, observer_server::Observer, GetAgentEventsRequest, GetAgentEventsResponse,
         GetDebugEventsRequest, GetDebugEventsResponse, GetFlowsRequest, GetFlowsResponse, GetNamespacesRequest,
-        GetNamespacesResponse, GetNodesRequest, GetNodesResponse, Namespace, ServerStatusRequest, ServerStatusResponse,
+        GetNamespacesResponse, GetNodesRequest, GetNodesResponse, Namespace, Node, ServerStatusRequest, ServerStatusResponse,
     },
+    relay::NodeState,
 };
 
 use super::{filter::Filters, hub::Hub};
@@ -41,6 +42,10 @@ fn in_window(flow: &Flow, since: Option<&Timestamp>, until: Option<&Timestamp>) 
 
 fn response(hub: &Hub, flow: Flow) -> GetFlowsResponse {
     GetFlowsResponse { time: flow.time, node_name: hub.node.clone(), response_types: Some(ResponseTypes::Flow(flow)) }
+}
+
+fn version() -> String {
+    format!("v6node-dataplane {}", env!("CARGO_PKG_VERSION"))
 }
 
 fn receiver_stream<T: Send + 'static>(rx: mpsc::Receiver<Result<T, Status>>) -> Answer<T> {
@@ -121,8 +126,22 @@ impl Observer for ObserverService {
         Err(Status::unimplemented("v6node has no Cilium debug events"))
     }
 
+    /// This node, connected: a node knows itself only (Relay answers for
+    /// the cluster).
     async fn get_nodes(&self, _: Request<GetNodesRequest>) -> Result<Response<GetNodesResponse>, Status> {
-        Err(Status::unimplemented("GetNodes is Hubble Relay's: ask it for the cluster's nodes"))
+        let hub = &self.hub;
+        Ok(Response::new(GetNodesResponse {
+            nodes: vec![Node {
+                name: hub.node.clone(),
+                version: version(),
+                state: NodeState::NodeConnected as i32,
+                uptime_ns: hub.uptime().as_nanos() as u64,
+                num_flows: hub.kept() as u64,
+                max_flows: hub.capacity() as u64,
+                seen_flows: hub.seen(),
+                ..Default::default()
+            }],
+        }))
     }
 
     async fn get_namespaces(&self, _: Request<GetNamespacesRequest>) -> Result<Response<GetNamespacesResponse>, Status> {
@@ -141,7 +160,7 @@ impl Observer for ObserverService {
             max_flows: hub.capacity() as u64,
             seen_flows: hub.seen(),
             uptime_ns: uptime.as_nanos() as u64,
-            version: format!("v6node-dataplane {}", env!("CARGO_PKG_VERSION")),
+            version: version(),
             flows_rate: hub.seen() as f64 / uptime.as_secs_f64().max(1.0),
             ..Default::default()
         }))
