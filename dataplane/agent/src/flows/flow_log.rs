@@ -20,7 +20,7 @@ use std::{
 use anyhow::{Context, Result};
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
-use v6node_hubble::flow::{Endpoint, Flow, Policy, TrafficDirection, Verdict};
+use v6node_hubble::flow::{Endpoint, Flow, Ip, Policy, TrafficDirection, Verdict};
 
 use super::{counts::LOST_TO_LOG, Hub};
 
@@ -77,7 +77,8 @@ pub fn line(flow: &Flow) -> Vec<u8> {
     use v6node_hubble::flow::layer4::Protocol;
     let time =
         flow.time.as_ref().and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok()).map(|t| t.to_string()).unwrap_or_default();
-    let ip = flow.ip.clone().unwrap_or_default();
+    let no_ip = Ip::default();
+    let ip = flow.ip.as_ref().unwrap_or(&no_ip);
     let (protocol, ports) = match flow.l4.as_ref().and_then(|l| l.protocol.as_ref()) {
         Some(Protocol::Tcp(t)) => ("tcp", Some((t.source_port, t.destination_port))),
         Some(Protocol::Udp(u)) => ("udp", Some((u.source_port, u.destination_port))),

@@ -222,6 +222,33 @@ async fn serve_relay(
     Ok(tokio::spawn(server::run(routes, incoming, acceptor)))
 }
 
+/// Keeps `slot` serving `key`: a task started for another key, or one that
+/// ended, is replaced by `start`'s; without a key, none runs. Says why
+/// `start` failed, if it did (retried at the next sync).
+async fn keep_running<K: PartialEq, F: std::future::Future<Output = Result<JoinHandle<()>>>>(
+    slot: &mut Option<(K, JoinHandle<()>)>,
+    key: Option<K>,
+    start: impl FnOnce() -> F,
+) -> Option<String> {
+    if slot.as_ref().is_some_and(|(running, task)| Some(running) == key.as_ref() && !task.is_finished()) {
+        return None;
+    }
+    if let Some((_, task)) = slot.take() {
+        task.abort();
+    }
+    let key = key?;
+    match start().await {
+        Ok(task) => {
+            *slot = Some((key, task));
+            None
+        }
+        Err(e) => {
+            log::error!("{e:#}");
+            Some(format!("{e:#}"))
+        }
+    }
+}
+
 /// The tracepoint behind the kernel's drops, once the event ring is pinned.
 enum KernelDrops {
     Off,
@@ -298,28 +325,17 @@ impl FlowService {
                 }
             }));
         }
-        let listen = flows.hubble.as_ref().map(|l| l.to_string()).unwrap_or_default();
-        if self.server.as_ref().map(|(l, _)| l.as_str()).unwrap_or("") != listen {
-            if let Some((_, server)) = self.server.take() {
-                server.abort();
-            }
-            if let Some(target) = &flows.hubble {
-                match serve(target, hub.clone()).await {
-                    Ok(task) => {
-                        log::info!("Hubble's API on {listen}");
-                        self.server = Some((listen.clone(), task));
-                    }
-                    Err(e) => {
-                        log::error!("{e:#}");
-                        state.error = Some(format!("{e:#}"));
-                    }
-                }
-            }
-        }
-        state.hubble = listen;
+        let listen = flows.hubble.as_ref().map(|l| l.to_string());
+        state.error = keep_running(&mut self.server, listen.clone(), || async {
+            let task = serve(flows.hubble.as_ref().expect("a key only with an address"), hub.clone()).await?;
+            log::info!("Hubble's API on {}", listen.as_deref().unwrap_or_default());
+            Ok(task)
+        })
+        .await;
+        state.hubble = listen.unwrap_or_default();
         self.sync_kernel_drops(pin_dir, flows.enabled, &mut state).await;
         self.sync_relay(flows, hub.clone(), &mut state).await;
-        self.sync_log(flows, hub, &mut state);
+        self.sync_log(flows, hub, &mut state).await;
         state
     }
 
@@ -348,50 +364,31 @@ impl FlowService {
         };
     }
 
-    fn sync_log(&mut self, flows: &Flows, hub: Arc<Hub>, state: &mut FlowsState) {
+    async fn sync_log(&mut self, flows: &Flows, hub: Arc<Hub>, state: &mut FlowsState) {
         let config = flows.log_path.clone().map(|path| flow_log::LogConfig {
             path,
             max_bytes: flows.log_max_bytes,
             rotated_files: flows.log_rotated_files,
         });
-        if self.log.as_ref().map(|(c, task)| (c, task.is_finished())) != config.as_ref().map(|c| (c, false)) {
-            if let Some((_, task)) = self.log.take() {
-                task.abort();
-            }
-            if let Some(config) = config.clone() {
-                match flow_log::start(&hub, config.clone()) {
-                    Ok(task) => self.log = Some((config, task)),
-                    Err(e) => {
-                        log::error!("{e:#}");
-                        state.log_error = Some(format!("{e:#}"));
-                    }
-                }
-            }
-        }
+        state.log_error = keep_running(&mut self.log, config.clone(), || async {
+            flow_log::start(&hub, config.clone().expect("a key only with a path"))
+        })
+        .await;
         state.log = config.map(|c| c.path.display().to_string()).unwrap_or_default();
     }
 
     async fn sync_relay(&mut self, flows: &Flows, hub: Arc<Hub>, state: &mut FlowsState) {
         let how = if flows.relay_tls { "mutual TLS" } else { "plain gRPC, no TLS" };
-        let listen = flows.relay_listen.map(|a| format!("{a} ({how})")).unwrap_or_default();
-        if self.relay.as_ref().map(|(l, _)| l.as_str()).unwrap_or("") != listen {
-            if let Some((_, server)) = self.relay.take() {
-                server.abort();
-            }
-            if let Some(address) = flows.relay_listen {
-                match serve_relay(address, flows.relay_tls, hub, self.peers.subscribe()).await {
-                    Ok(task) => {
-                        log::info!("Hubble Relay's API on {listen}");
-                        self.relay = Some((listen.clone(), task));
-                    }
-                    Err(e) => {
-                        log::error!("{e:#}");
-                        state.relay_error = Some(format!("{e:#}"));
-                    }
-                }
-            }
-        }
-        state.relay = listen;
+        let listen = flows.relay_listen.map(|a| format!("{a} ({how})"));
+        let peers = self.peers.subscribe();
+        state.relay_error = keep_running(&mut self.relay, listen.clone(), || async {
+            let address = flows.relay_listen.expect("a key only with an address");
+            let task = serve_relay(address, flows.relay_tls, hub, peers).await?;
+            log::info!("Hubble Relay's API on {}", listen.as_deref().unwrap_or_default());
+            Ok(task)
+        })
+        .await;
+        state.relay = listen.unwrap_or_default();
         self.relay_port = flows.relay_listen.map(|a| a.port());
         self.publish_peers();
     }
