@@ -16,6 +16,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
+#include "lib/bandwidth.h"
 #include "lib/endpoint.h"
 #include "lib/fib.h"
 #include "lib/nodeport.h"
@@ -88,7 +89,38 @@ int v6n_from_pod(struct __sk_buff *skb)
 	if (peer)
 		return v6n_exit_routed(skb, dir, v6n_to_endpoint(skb, ip6, peer, at_ingress));
 
+	/* The pod's egress limit paces what leaves the node: fq on the uplinks
+	 * holds it (what it sends another pod here counts to that pod's
+	 * ingress limit). */
+	struct v6n_bandwidth_value *bw = v6n_bandwidth_of(skb->ifindex);
+	if (bw) {
+		reason = v6n_pace(skb, bw, &bw->egress, ip6->nexthdr);
+		if (reason != V6N_REASON_PASS)
+			return v6n_exit(skb, dir, reason, TC_ACT_SHOT);
+	}
 	return v6n_exit_routed(skb, dir, v6n_route6(skb, ip6));
+}
+
+/* A veth pod's ingress limit: this program runs at tc egress of the host
+ * side, before its queue (fq), whichever way the packet came: BPF host
+ * routing redirects to this device's egress for a limited pod, the stack
+ * transmits through it. A netkit pod's were paced before its queue, by
+ * v6n_to_endpoint. */
+static __always_inline enum v6n_reason v6n_pace_at_veth(struct __sk_buff *skb)
+{
+	struct v6n_bandwidth_value *bw = v6n_bandwidth_of(skb->ifindex);
+
+	if (!bw || !bw->ingress.ps_per_byte_q16)
+		return V6N_REASON_PASS;
+	struct ipv6hdr *ip6;
+	if (v6n_parse_ipv6(skb, &ip6) != V6N_REASON_PASS || !ip6)
+		return V6N_REASON_DROP_MALFORMED;
+	struct v6n_endpoint_value *ep = v6n_endpoint(&ip6->daddr);
+	/* On a netkit device skb->ifindex is the pod side's, in another
+	 * namespace: equal to a host ifindex only by chance. */
+	if (!ep || ep->ifindex != skb->ifindex || (ep->flags & V6N_ENDPOINT_NETKIT))
+		return V6N_REASON_PASS;
+	return v6n_pace(skb, bw, &bw->ingress, ip6->nexthdr);
 }
 
 SEC("classifier")
@@ -104,6 +136,8 @@ int v6n_to_pod(struct __sk_buff *skb)
 	 * passes again as a known connection. */
 	if (reason == V6N_REASON_PASS)
 		reason = v6n_policy_check(skb, V6N_POLICY_INGRESS);
+	if (reason == V6N_REASON_PASS)
+		reason = v6n_pace_at_veth(skb);
 	return v6n_exit(skb, V6N_DIRECTION_TO_POD, reason, reason == V6N_REASON_PASS ? TC_ACT_UNSPEC : TC_ACT_SHOT);
 }
 

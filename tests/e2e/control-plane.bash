@@ -199,12 +199,14 @@ control_plane_wire() {
     ip -n "$gw_ns" link set wire up
 }
 
-# wire_node NS ADDRESS: NS on the wire, its eth0 at ADDRESS/64 (a veth whose
-# other end, portN, is a port of the bridge).
+# wire_node NS ADDRESS [QUEUES]: NS on the wire, its eth0 at ADDRESS/64 (a
+# veth with QUEUES transmit and receive queues, 1 unless given, whose other
+# end, portN, is a port of the bridge).
 wire_ports=0
 wire_node() {
-    local ns=$1 address=$2 port=port$((wire_ports++))
-    ip -n "$gw_ns" link add "$port" type veth peer name eth0 netns "$ns"
+    local ns=$1 address=$2 port=port$((wire_ports++)) queues=${3:-1}
+    ip -n "$gw_ns" link add "$port" numtxqueues "$queues" numrxqueues "$queues" type veth \
+        peer name eth0 netns "$ns" numtxqueues "$queues" numrxqueues "$queues"
     ip -n "$gw_ns" link set "$port" master wire up
     ip -n "$ns" address add "$address/64" dev eth0 nodad
     ip -n "$ns" link set eth0 up

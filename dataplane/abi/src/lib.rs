@@ -14,6 +14,7 @@ pub use generated::{
     V6N_BACKENDS_PER_SERVICE_MAX as BACKENDS_PER_SERVICE_MAX, V6N_FRONTENDS_MAX as FRONTENDS_MAX,
     V6N_SERVICE_AFFINITY as SERVICE_AFFINITY, V6N_SERVICE_SLOTS_MAX as SERVICE_SLOTS_MAX,
 };
+pub use generated::{v6n_bandwidth_value as BandwidthValue, v6n_pacer as Pacer, V6N_BANDWIDTH_MAX as BANDWIDTH_MAX};
 pub use generated::{
     v6n_counter_key as CounterKey, v6n_counter_value as CounterValue, v6n_ct_key as CtKey, v6n_ct_lifetimes as CtLifetimes,
     v6n_ct_value as CtValue, v6n_deny_value as DenyValue, v6n_direction as Direction, v6n_eam_value as EamValue,
@@ -90,6 +91,7 @@ mod pod {
     unsafe impl aya::Pod for PolicyCtValue {}
     unsafe impl aya::Pod for EventConfig {}
     unsafe impl aya::Pod for EventStats {}
+    unsafe impl aya::Pod for BandwidthValue {}
 }
 
 /// Names of the maps userspace opens, as the BPF headers declare them (each
@@ -111,6 +113,8 @@ pub mod maps {
     pub const NAT64_POOL_ADDRS: &str = "v6n_nat64_pool_addrs";
     /// Declared in `bpf/lib/maps.h`: the node's pods, for BPF host routing.
     pub const ENDPOINTS: &str = "v6n_endpoints";
+    /// Declared in `bpf/lib/maps.h`: rate-limited pods (the bandwidth manager).
+    pub const BANDWIDTH: &str = "v6n_bandwidth";
     /// Declared in `bpf/lib/lb.h`: Services, their backends and frontends.
     pub const SERVICES: &str = "v6n_services";
     pub const BACKENDS: &str = "v6n_backends";
@@ -144,6 +148,30 @@ pub mod maps {
     pub const KERNEL_DROP_REASONS: &str = "v6n_kernel_drop_reasons";
 }
 
+/// abi.h's v6n_pacer: ps_per_byte_q16 is picoseconds per byte, times 2^16.
+const PS_PER_BYTE_Q16_AT_ONE_BIT_PER_SECOND: u128 = 8 * 1_000_000_000_000 * 65_536;
+
+impl Pacer {
+    /// A pacer for `bits_per_second`; `None` (or 0): no limit that way.
+    pub fn limiting(bits_per_second: Option<u64>) -> Pacer {
+        let ps_per_byte_q16 = bits_per_second
+            .filter(|b| *b > 0)
+            .map_or(0, |bits| (PS_PER_BYTE_Q16_AT_ONE_BIT_PER_SECOND / u128::from(bits)).clamp(1, u128::from(u64::MAX)) as u64);
+        Pacer { ps_per_byte_q16, ..Pacer::default() }
+    }
+
+    /// The rate the pacer stands for, in bits per second.
+    pub fn bits_per_second(&self) -> Option<u64> {
+        (self.ps_per_byte_q16 > 0).then(|| (PS_PER_BYTE_Q16_AT_ONE_BIT_PER_SECOND / u128::from(self.ps_per_byte_q16)) as u64)
+    }
+
+    /// What a packet of `bytes` costs, in picoseconds, as
+    /// bpf/lib/bandwidth.h reckons it.
+    pub fn cost_ps(&self, bytes: u64) -> u64 {
+        bytes * (self.ps_per_byte_q16 >> 16) + ((bytes * (self.ps_per_byte_q16 & 0xffff)) >> 16)
+    }
+}
+
 impl Reason {
     pub const ALL: [Reason; Reason::V6N_REASON_COUNT as usize] = [
         Reason::V6N_REASON_PASS,
@@ -175,6 +203,7 @@ impl Reason {
         Reason::V6N_REASON_DROP_POLICY_EGRESS,
         Reason::V6N_REASON_POLICY_AUDIT,
         Reason::V6N_REASON_DROP_KERNEL,
+        Reason::V6N_REASON_DROP_BANDWIDTH,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -209,6 +238,7 @@ impl Reason {
             Reason::V6N_REASON_DROP_POLICY_EGRESS => "policy_denied_egress",
             Reason::V6N_REASON_POLICY_AUDIT => "policy_audit_would_deny",
             Reason::V6N_REASON_DROP_KERNEL => "kernel_drop",
+            Reason::V6N_REASON_DROP_BANDWIDTH => "bandwidth_beyond_horizon",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }
@@ -286,6 +316,22 @@ mod tests {
             assert_eq!(Reason::from_u8(reason as u8), Some(reason));
         }
         assert_eq!(Reason::from_u8(Reason::V6N_REASON_COUNT as u8), None);
+    }
+
+    #[test]
+    fn a_pacer_costs_what_its_rate_says_from_one_kbit_to_one_pbit() {
+        for bits in [1_000u64, 10_000_000, 1_000_000_000, 100_000_000_000, 1_000_000_000_000_000] {
+            let p = Pacer::limiting(Some(bits));
+            let exact = 1514.0 * 8.0 * 1e12 / bits as f64;
+            let cost = p.cost_ps(1514) as f64;
+            // At 1 Pbit/s a frame takes 12 ps: whole picoseconds are 1% coarse.
+            let tolerance = if bits > 100_000_000_000 { 1e-2 } else { 1e-4 };
+            assert!((cost - exact).abs() / exact < tolerance, "{bits}: {cost} ps against {exact}");
+            let back = p.bits_per_second().unwrap();
+            assert!((back as f64 - bits as f64).abs() / (bits as f64) < 1e-3, "{bits} read back as {back}");
+        }
+        assert_eq!(Pacer::limiting(None).ps_per_byte_q16, 0);
+        assert_eq!(Pacer::limiting(Some(0)).bits_per_second(), None);
     }
 
     #[test]

@@ -89,6 +89,7 @@ struct Daemon {
     policies: PolicyTables,
     nat: Nat,
     flows: FlowService,
+    bandwidth: crate::bandwidth::BandwidthManager,
 }
 
 /// What a burst of API changes asks to run again: the whole cluster side
@@ -184,6 +185,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
         policies: PolicyTables::default(),
         nat: Nat::default(),
         flows: FlowService::default(),
+        bandwidth: crate::bandwidth::BandwidthManager::default(),
     };
     daemon.apply(&loaded).await?;
     daemon.update(|s| s.ready_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0));
@@ -238,6 +240,7 @@ async fn run_async(paths: Paths, started: Instant) -> Result<()> {
                     }
                     if rerun.policies {
                         daemon.sync_policies();
+                        daemon.sync_bandwidth().await;
                     }
                 }
                 cluster_cost = started.elapsed();
@@ -421,6 +424,7 @@ impl Daemon {
             }
             self.sync_services();
             self.sync_policies();
+            self.sync_bandwidth().await;
         }
         // BGP announces the Node's prefixes, or pods.prefix without a cluster.
         let (cluster, previous) = self.shared.read(|s| (s.cluster.clone(), s.bgp.clone()));
@@ -466,6 +470,32 @@ impl Daemon {
             }
         }
         self.name_flows();
+    }
+
+    /// Pacers and queues from this node's pods' bandwidth annotations; the
+    /// refused ones become Events on their pods.
+    async fn sync_bandwidth(&mut self) {
+        let endpoints = self.endpoints.list();
+        let limits = match &self.cluster {
+            Some(cluster) => cluster.pod_bandwidth(endpoints.iter().filter_map(|e| e.endpoint.pod.as_ref())),
+            None => Default::default(),
+        };
+        let uplinks = devices::uplinks(&self.loaded.config);
+        let next = self
+            .bandwidth
+            .sync(&self.shared.paths.pin_dir, &self.netlink, &self.loaded.config.bandwidth, &uplinks, &endpoints, &limits)
+            .await;
+        if let Some(cluster) = &self.cluster {
+            // One Event per pod, naming each refused annotation: Events of
+            // one object and reason are one series, which would need patch.
+            let problems: Vec<v6node_k8s::events::Problem> = limits
+                .iter()
+                .filter(|(_, (_, problems))| !problems.is_empty())
+                .map(|(pod, (_, problems))| v6node_k8s::events::Problem { object: pod.clone(), message: problems.join("; ") })
+                .collect();
+            cluster.report_bandwidth(&problems);
+        }
+        self.shared.update_if_changed(|s| &mut s.bandwidth, Some(next));
     }
 
     /// What flows name from now on: pods, the policies behind each rules
@@ -582,6 +612,9 @@ impl Daemon {
         self.sync_flows().await;
         // routing.* decides how an unreachable peer is reported, and what bird announces.
         self.reconcile_cluster().await;
+        if self.cluster.is_none() {
+            self.sync_bandwidth().await;
+        }
         Ok(())
     }
 }

@@ -108,6 +108,11 @@ fn present(patterns: &[DevicePattern]) -> Result<BTreeMap<String, u32>> {
 
 /// Host programs on attach.devices, the translator on nat64.devices,
 /// pod programs on the host side of every pod's pair.
+/// The uplinks present now (attach.devices).
+pub fn uplinks(config: &Config) -> Vec<(String, u32)> {
+    present(&config.attach.devices).map(|p| p.into_iter().collect()).unwrap_or_default()
+}
+
 fn wanted_attachments(config: &Config, endpoints: &Endpoints) -> Result<Wanted> {
     let mut wanted = Wanted::new();
     for (device, ifindex) in present(&config.attach.devices)? {

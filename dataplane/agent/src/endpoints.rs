@@ -182,7 +182,8 @@ impl Endpoints {
             }
             bigtcp = Some(bigtcp.map_or(report.target, |b: u32| b.min(report.target)));
         }
-        let state = EndpointState { endpoint, host_ifindex, host_mac, pod_mac, bigtcp, added_at: state::now() };
+        let state =
+            EndpointState { endpoint, host_ifindex, host_mac, pod_mac, bigtcp, added_at: state::now(), pod_sysctls: Vec::new() };
         let key = EndpointKey { addr: state.endpoint.address.octets() };
         open_map(&paths.pin_dir)?.insert(key, map_value(&state), 0).context("writing the endpoint map")?;
         let id = (state.endpoint.container_id.clone(), state.endpoint.ifname.clone());

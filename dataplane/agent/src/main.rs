@@ -2,6 +2,7 @@
 //! `v6node-dataplane`: the one owner of v6node's eBPF dataplane on a node.
 
 mod attach;
+mod bandwidth;
 mod bigtcp;
 mod bpf;
 mod cluster;

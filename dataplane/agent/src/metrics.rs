@@ -87,6 +87,7 @@ pub fn render(paths: &Paths, state: &State) -> String {
         }
     }
     flow_families(&mut out, paths);
+    bandwidth_families(&mut out, paths, state);
     let attached = state.attachments.iter().filter(|a| a.error.is_none()).count();
     let reload_ok = state.last_reload.as_ref().is_none_or(|r| r.ok);
     let gauges = [
@@ -263,6 +264,51 @@ where
 /// Flows the agent made of the datapath's events, and what became of the
 /// events themselves (sent, held back by the rate limit, lost to a full
 /// ring) by reason, from the kernel now.
+/// Each limited pod's limit and what its pacers saw, by pod and direction.
+fn bandwidth_families(out: &mut String, paths: &Paths, state: &State) {
+    let pods = state.bandwidth.as_ref().map(|b| b.pods.as_slice()).unwrap_or_default();
+    let counts = crate::bandwidth::counts(&paths.pin_dir);
+    type Pick = fn(&crate::bandwidth::LimitedPod, &crate::bandwidth::PacerCounts, bool) -> Option<u64>;
+    let families: [(&str, &str, &str, Pick); 4] = [
+        (
+            "v6node_bandwidth_limit_bits_per_second",
+            "gauge",
+            "A pod's rate limit, from its bandwidth annotation.",
+            |p, _, egress| {
+                if egress {
+                    p.egress
+                } else {
+                    p.ingress
+                }
+            },
+        ),
+        ("v6node_bandwidth_packets_total", "counter", "Packets of a limited pod given a departure time.", |_, c, _| {
+            Some(c.packets)
+        }),
+        (
+            "v6node_bandwidth_bytes_total",
+            "counter",
+            "Bytes (frames on the wire) of a limited pod given a departure time.",
+            |_, c, _| Some(c.bytes),
+        ),
+        ("v6node_bandwidth_drops_total", "counter", "Packets of a limited pod dropped as due beyond the horizon.", |_, c, _| {
+            Some(c.drops)
+        }),
+    ];
+    for (name, kind, help, pick) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for pod in pods {
+            let (egress, ingress) = counts.get(&pod.ifindex).copied().unwrap_or_default();
+            for (direction, c, limited) in [("egress", egress, pod.egress.is_some()), ("ingress", ingress, pod.ingress.is_some())]
+            {
+                if let Some(value) = pick(pod, &c, direction == "egress").filter(|_| limited) {
+                    let _ = writeln!(out, "{name}{{pod=\"{}\",direction=\"{direction}\"}} {value}", escape(&pod.pod));
+                }
+            }
+        }
+    }
+}
+
 fn flow_families(out: &mut String, paths: &Paths) {
     let name = "v6node_flows_total";
     let _ = writeln!(

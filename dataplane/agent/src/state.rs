@@ -66,6 +66,9 @@ pub struct State {
     /// Flow visibility as configured; None until the configuration was applied.
     #[serde(default)]
     pub flows: Option<crate::flows::FlowsState>,
+    /// The bandwidth manager; null until its first sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<crate::bandwidth::BandwidthState>,
     /// What bird was configured with; None while routing.asn is unset.
     #[serde(default)]
     pub bgp: Option<crate::cluster::bgp::BgpState>,

@@ -48,6 +48,8 @@ struct Status {
     policy: Option<Policy>,
     /// Flow visibility; null until the configuration was applied.
     flows: Option<Flows>,
+    /// The bandwidth manager; null until the configuration was applied.
+    bandwidth: Option<Bandwidth>,
     counters: Vec<CounterRow>,
     metrics_listen: String,
 }
@@ -68,6 +70,14 @@ struct Services {
     stats: std::collections::BTreeMap<u32, (u64, u64)>,
     /// Connections ended because their backend left (crate::services::connections).
     ended_connections: Option<crate::services::connections::Ended>,
+}
+
+#[derive(Serialize)]
+struct Bandwidth {
+    #[serde(flatten)]
+    recorded: crate::bandwidth::BandwidthState,
+    /// Per limited pod's ifindex, from the kernel now: (egress, ingress).
+    counts: std::collections::BTreeMap<u32, (crate::bandwidth::PacerCounts, crate::bandwidth::PacerCounts)>,
 }
 
 #[derive(Serialize)]
@@ -206,6 +216,10 @@ fn collect(paths: &Paths) -> Result<Status> {
         }
         Flows { recorded, events: crate::flows::event_counts(&paths.pin_dir).unwrap_or_default() }
     });
+    let bandwidth = recorded.bandwidth.clone().map(|recorded| {
+        problems.extend(recorded.problems.iter().map(|p| format!("bandwidth: {p}")));
+        Bandwidth { recorded, counts: crate::bandwidth::counts(&paths.pin_dir) }
+    });
     if let Some(e) = &recorded.metrics.error {
         problems.push(format!("metrics: {e}"));
     }
@@ -239,6 +253,7 @@ fn collect(paths: &Paths) -> Result<Status> {
         services,
         policy,
         flows,
+        bandwidth,
         counters,
         metrics_listen: recorded.metrics.listen,
     })
@@ -435,6 +450,7 @@ fn human(status: &Status) -> String {
     services_section(&mut out, status);
     policy_section(&mut out, status);
     flows_section(&mut out, status);
+    bandwidth_section(&mut out, status);
     let _ = writeln!(out, "\ncounters:");
     let rows: Vec<Vec<String>> = status
         .counters
@@ -592,6 +608,53 @@ fn policy_section(out: &mut String, status: &Status) {
     }
     for problem in &p.problems {
         let _ = writeln!(out, "  policy {}/{}: {}", problem.namespace, problem.name, problem.message);
+    }
+}
+
+/// "10 Mbit/s", "1.5 Gbit/s".
+fn rate(bits: u64) -> String {
+    let (value, unit) = match bits {
+        b if b >= 1_000_000_000_000 => (b as f64 / 1e12, "Tbit/s"),
+        b if b >= 1_000_000_000 => (b as f64 / 1e9, "Gbit/s"),
+        b if b >= 1_000_000 => (b as f64 / 1e6, "Mbit/s"),
+        b => (b as f64 / 1e3, "kbit/s"),
+    };
+    format!("{} {unit}", format!("{value:.3}").trim_end_matches('0').trim_end_matches('.'))
+}
+
+fn bandwidth_section(out: &mut String, status: &Status) {
+    let Some(bandwidth) = &status.bandwidth else {
+        return;
+    };
+    let b = &bandwidth.recorded;
+    let queues: Vec<String> =
+        b.uplinks.iter().filter(|q| q.error.is_none()).map(|q| format!("{} {}", q.device, q.qdisc)).collect();
+    let on = match (&b.off_because, b.enabled) {
+        (_, true) => format!(
+            "on (horizon {} ms; {})",
+            b.horizon_ms,
+            if queues.is_empty() { "no uplink".into() } else { queues.join(", ") }
+        ),
+        (Some(why), false) => format!("off: {why}"),
+        (None, false) => "off".into(),
+    };
+    let _ = writeln!(
+        out,
+        "\nbandwidth:   {on}; {} pod(s) limited; pods' TCP: {}, slow start after idle {}",
+        b.pods.len(),
+        b.pod_congestion_control.as_deref().unwrap_or("the kernel's default"),
+        if b.pod_slow_start_after_idle { "on" } else { "off" }
+    );
+    for pod in &b.pods {
+        let (egress, ingress) = bandwidth.counts.get(&pod.ifindex).copied().unwrap_or_default();
+        let way = |limit: Option<u64>, counts: crate::bandwidth::PacerCounts| {
+            limit.map(|l| format!("{} ({} packets, {} beyond the horizon)", rate(l), counts.packets, counts.drops))
+        };
+        let ways: Vec<String> = [("egress", way(pod.egress, egress)), ("ingress", way(pod.ingress, ingress))]
+            .into_iter()
+            .filter_map(|(name, text)| text.map(|t| format!("{name} {t}")))
+            .collect();
+        let _ = writeln!(out, "  {} on {}: {}", pod.pod, pod.device, ways.join("; "));
     }
 }
 

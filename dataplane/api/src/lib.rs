@@ -140,6 +140,10 @@ pub struct EndpointState {
     pub bigtcp: Option<u32>,
     /// Seconds since the epoch.
     pub added_at: u64,
+    /// Sysctls the plugin sets in the pod's namespace (its TCP settings,
+    /// `[bandwidth]`), as paths under /proc/sys and values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_sysctls: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -12,15 +12,17 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
+#include "bandwidth.h"
 #include "maps.h"
 #include "parse.h"
 #include "policy.h"
 #include "verdict.h"
 
-/* v6n_to_endpoint's answer when the receiving pod's policy denies the
- * packet: not a tc action, v6n_exit_routed (or v6n_delivered_reason and
- * v6n_tc_action) make it one. */
-#define V6N_ACT_POLICY_DENIED 0x100
+/* v6n_to_endpoint's answer when it drops the packet for a reason of the
+ * receiving pod's (its policy, its rate limit): not a tc action,
+ * v6n_exit_routed (or v6n_delivered_reason and v6n_tc_action) make it one. */
+#define V6N_ACT_DROPPED 0x100
+#define V6N_ACT_DROPPED_FOR(reason) (V6N_ACT_DROPPED | (reason))
 
 static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
 {
@@ -32,7 +34,7 @@ static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_
 
 /*
  * Hands the packet to the pod behind `ep` if the pod's ingress policy lets it
- * in (else V6N_ACT_POLICY_DENIED), as a router would: hop limit
+ * in (else V6N_ACT_DROPPED_FOR the reason), as a router would: hop limit
  * decremented (the kernel gets the packet when it runs out, to send Time
  * Exceeded), MACs set to what the pod's device expects.
  *
@@ -52,7 +54,7 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
 		return TC_ACT_UNSPEC;
 	enum v6n_reason judged = v6n_policy_check(skb, V6N_POLICY_INGRESS);
 	if (judged == V6N_REASON_DROP_POLICY_INGRESS)
-		return V6N_ACT_POLICY_DENIED;
+		return V6N_ACT_DROPPED_FOR(judged);
 	if (judged != V6N_REASON_PASS)
 		return TC_ACT_SHOT;
 	/* Policy read the packet through helpers: its pointers are stale. */
@@ -63,15 +65,28 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
 		return TC_ACT_SHOT;
 	ip6->hop_limit--;
 
-	__u8 macs[12];
+	/* A pod with an ingress limit is reached through its own device's
+	 * queue (fq), never by a peer redirect past it. A netkit pod's
+	 * packets are paced here: its device's program runs after the queue.
+	 * A veth pod's are paced by v6n_to_pod, at tc egress before it. */
 	__u32 ifindex = ep->ifindex;
+	struct v6n_bandwidth_value *bw = v6n_bandwidth_of(ifindex);
+	int queued = bw && bw->ingress.ps_per_byte_q16;
+	if (queued && (ep->flags & V6N_ENDPOINT_NETKIT)) {
+		enum v6n_reason paced = v6n_pace(skb, bw, &bw->ingress, ip6->nexthdr);
+
+		if (paced != V6N_REASON_PASS)
+			return V6N_ACT_DROPPED_FOR(paced);
+	}
+
+	__u8 macs[12];
 
 	__builtin_memcpy(macs, ep->pod_mac, 6);
 	__builtin_memcpy(macs + 6, ep->host_mac, 6);
 	/* Invalidates ip6: nothing reads the packet after this. */
 	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
 		return TC_ACT_SHOT;
-	if (at_ingress)
+	if (at_ingress && !queued)
 		return bpf_redirect_peer(ifindex, 0);
 	return bpf_redirect(ifindex, 0);
 }
@@ -81,8 +96,8 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
  * rewritten is too short for its own headers. */
 static __always_inline enum v6n_reason v6n_routed_reason(int action)
 {
-	if (action == V6N_ACT_POLICY_DENIED)
-		return V6N_REASON_DROP_POLICY_INGRESS;
+	if (action & V6N_ACT_DROPPED)
+		return action & ~V6N_ACT_DROPPED;
 	if (action == TC_ACT_REDIRECT)
 		return V6N_REASON_ROUTED;
 	return action == TC_ACT_UNSPEC ? V6N_REASON_PASS : V6N_REASON_DROP_MALFORMED;
@@ -92,7 +107,7 @@ static __always_inline enum v6n_reason v6n_routed_reason(int action)
 /* The tc action of what delivery answered. */
 static __always_inline int v6n_tc_action(int delivered)
 {
-	return delivered == V6N_ACT_POLICY_DENIED ? TC_ACT_SHOT : delivered;
+	return delivered & V6N_ACT_DROPPED ? TC_ACT_SHOT : delivered;
 }
 
 static __always_inline int v6n_exit_routed(struct __sk_buff *skb, __u8 direction, int action)
@@ -104,8 +119,8 @@ static __always_inline int v6n_exit_routed(struct __sk_buff *skb, __u8 direction
  * `translated`: the delivery's own failure, or the translation. */
 static __always_inline enum v6n_reason v6n_delivered_reason(int delivered, enum v6n_reason translated)
 {
-	if (delivered == V6N_ACT_POLICY_DENIED)
-		return V6N_REASON_DROP_POLICY_INGRESS;
+	if (delivered & V6N_ACT_DROPPED)
+		return delivered & ~V6N_ACT_DROPPED;
 	return delivered == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : translated;
 }
 

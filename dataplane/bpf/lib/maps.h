@@ -40,6 +40,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_endpoints SEC(".maps");
 
+/* Rate-limited pods by their host-side ifindex (lib/bandwidth.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_BANDWIDTH_MAX);
+	__type(key, __u32);
+	__type(value, struct v6n_bandwidth_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_bandwidth SEC(".maps");
+
 /* Written by the socket hooks (sock.bpf.c) for each socket sent to a
  * backend; read by them for replies, and by the exit's flow events, which
  * name a pod's connection to a Service by it. */

@@ -309,6 +309,11 @@ fn add(env: &Env, conf: &NetConf) -> CniResult<Value> {
     let pod_mac = net::configure(&host, &peer, netns, &env.ifname, address, device)
         .map_err(io("configuring the pod's device"))
         .inspect_err(|_| undo(true))?;
+    // A congestion control this kernel lacks leaves the pod on the default:
+    // worth a line in the runtime's log, not a pod that does not start.
+    if let Err(e) = net::set_sysctls(netns, &state.pod_sysctls) {
+        eprintln!("v6node-cni: the pod's TCP settings: {e:#}");
+    }
     Ok(result(conf, env, &state.host_mac, &pod_mac, address))
 }
 

@@ -103,6 +103,24 @@ pub fn create_pair(host: &str, peer: &str, wanted: &str) -> Result<PodDevice> {
     })
 }
 
+/// Sets the pod's TCP sysctls the agent asked for (paths under
+/// /proc/sys/net/ipv4/tcp_*), in its namespace: /proc/sys/net is the
+/// namespace of the thread that opens it.
+pub fn set_sysctls(netns: &Path, sysctls: &[(String, String)]) -> Result<()> {
+    for (path, _) in sysctls {
+        if !path.starts_with("net/ipv4/tcp_") || path.contains("..") {
+            return Err(anyhow!("refusing sysctl {path}: the agent sets the pods' TCP settings only"));
+        }
+    }
+    let sysctls = sysctls.to_vec();
+    in_netns(netns, async move |_| {
+        for (path, value) in &sysctls {
+            std::fs::write(Path::new("/proc/sys").join(path), value).with_context(|| format!("{path} = {value}"))?;
+        }
+        Ok(())
+    })
+}
+
 /// Moves the pod side into `netns` as `ifname` with `address`/128 and a
 /// default route, and routes `address` to the host side.
 pub fn configure(host: &str, peer: &str, netns: &Path, ifname: &str, address: Ipv6Addr, device: PodDevice) -> Result<String> {

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::merge::Merged;
 use crate::sections::attach::{self, Attach};
+use crate::sections::bandwidth::{self, Bandwidth};
 use crate::sections::bigtcp::{self, BigTcp};
 use crate::sections::filter::{self, Filter};
 use crate::sections::flows::{self, Flows};
@@ -38,6 +39,7 @@ pub struct Config {
     pub services: Services,
     pub policy: Policy,
     pub flows: Flows,
+    pub bandwidth: Bandwidth,
     pub metrics: Metrics,
     pub log: Log,
 }
@@ -62,6 +64,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
             "services",
             "policy",
             "flows",
+            "bandwidth",
             "metrics",
             "log",
         ],
@@ -78,6 +81,7 @@ pub(crate) fn build(m: &Merged) -> Result<Config> {
     routing::read(&v, root, &mut cfg.routing)?;
     policy::read(&v, root, &mut cfg.policy)?;
     flows::read(&v, root, &mut cfg.flows)?;
+    bandwidth::read(&v, root, &mut cfg.bandwidth)?;
     metrics::read(&v, root, &mut cfg.metrics)?;
     log::read(&v, root, &mut cfg.log)?;
     Ok(cfg)
@@ -162,7 +166,7 @@ mod tests {
         bad(
             "foo = 1",
             "foo",
-            "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, policy, flows, metrics, log",
+            "unknown key `foo`; expected one of attach, bigtcp, filter, nat64, nat46, pods, kubernetes, routing, services, policy, flows, bandwidth, metrics, log",
         );
         bad("[foo]", "foo", "unknown key `foo`");
         bad("[bigtcp]\nsise = 1", "bigtcp.sise", "unknown key `sise`; expected one of devices, size");

@@ -4,6 +4,7 @@
 //! ([`watch`]), and pure functions turn the store into what this node should
 //! have ([`cluster`]). The agent stays the one writer of routes and maps.
 
+pub mod bandwidth;
 pub mod cluster;
 pub mod events;
 pub mod policy;

@@ -142,6 +142,7 @@ pub struct ClusterWatch {
     service_events: ProblemEvents,
     policy_events: ProblemEvents,
     cluster_policy_events: ProblemEvents,
+    bandwidth_events: ProblemEvents,
 }
 
 impl ClusterWatch {
@@ -182,6 +183,7 @@ impl ClusterWatch {
             service_events: ProblemEvents::new("NotServed", "Translate"),
             policy_events: ProblemEvents::new("NotEnforced", "Enforce"),
             cluster_policy_events: ProblemEvents::new("NotEnforced", "Enforce"),
+            bandwidth_events: ProblemEvents::new("BandwidthNotLimited", "Limit"),
         }
     }
 
@@ -322,6 +324,28 @@ impl ClusterWatch {
             false => Vec::new(),
         };
         self.service_events.report(&self.settings, &self.services, &problems);
+    }
+
+    /// The rate limits of this node's pods ("namespace/name") as their
+    /// annotations ask, with what is wrong with those that ask for the
+    /// impossible; a pod not in the store (yet) is not in the answer.
+    pub fn pod_bandwidth<'a>(
+        &self,
+        pods: impl IntoIterator<Item = &'a String>,
+    ) -> std::collections::BTreeMap<String, (crate::bandwidth::PodLimits, Vec<String>)> {
+        pods.into_iter()
+            .filter_map(|name| {
+                let (namespace, pod) = name.split_once('/')?;
+                let object = self.pods.get(&reflector::ObjectRef::new(pod).within(namespace))?;
+                Some((name.clone(), crate::bandwidth::pod_limits(object.metadata.annotations.as_ref())))
+            })
+            .collect()
+    }
+
+    /// Warning Events on this node's pods whose bandwidth annotations are
+    /// refused: each node reports its own pods.
+    pub fn report_bandwidth(&self, problems: &[Problem]) {
+        self.bandwidth_events.report(&self.settings, &self.pods, problems);
     }
 
     /// Warning Events on the NetworkPolicies and ClusterNetworkPolicies

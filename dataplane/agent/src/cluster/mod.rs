@@ -114,6 +114,17 @@ impl Cluster {
     /// Warning Events on the NetworkPolicies and ClusterNetworkPolicies
     /// with these problems (what the view refused or clamped, and rules the
     /// tables could not take).
+    pub fn pod_bandwidth<'a>(
+        &self,
+        pods: impl IntoIterator<Item = &'a String>,
+    ) -> std::collections::BTreeMap<String, (v6node_k8s::bandwidth::PodLimits, Vec<String>)> {
+        self.watch.pod_bandwidth(pods)
+    }
+
+    pub fn report_bandwidth(&self, problems: &[v6node_k8s::events::Problem]) {
+        self.watch.report_bandwidth(problems);
+    }
+
     pub fn report_policies(&self, problems: &[v6node_k8s::PolicyProblem]) {
         self.watch.report_policies(problems);
     }

@@ -93,6 +93,8 @@ impl Daemon {
                     added.endpoint.device.as_str(),
                     added.bigtcp.map_or("off".into(), |b| b.to_string()),
                 );
+                let mut added = added;
+                added.pod_sysctls = crate::bandwidth::pod_sysctls(&self.loaded.config.bandwidth);
                 Response::ok(vec![added])
             }
             Request::Del { container_id, ifname } => match self.endpoints.del(&self.shared.paths, &container_id, &ifname) {
@@ -120,7 +122,8 @@ impl Daemon {
         // The pods' hostPorts are frontends of the service tables.
         self.sync_services();
         // A new pod's policy is in force before the plugin answers, so
-        // before its containers start.
+        // before its containers start; so is its rate limit.
         self.sync_policies();
+        self.sync_bandwidth().await;
     }
 }

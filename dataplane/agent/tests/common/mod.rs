@@ -35,6 +35,18 @@ pub struct Run {
     pub packet: Vec<u8>,
     /// skb->mark as the program left it.
     pub mark: u32,
+    /// skb->tstamp as the program left it: a departure time it set.
+    pub tstamp: u64,
+}
+
+/// The __sk_buff fields a test run may set besides the packet.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SkbIn {
+    pub mark: u32,
+    pub tstamp: u64,
+    /// A GSO packet of this many segments of `gso_size` bytes.
+    pub gso_segs: u32,
+    pub gso_size: u32,
 }
 
 /// A pin directory of a test's own under /sys/fs/bpf, removed when dropped.
@@ -80,12 +92,27 @@ pub fn try_run_marked(
     ifindex: u32,
     mark: u32,
 ) -> Result<Run, aya::programs::ProgramError> {
+    try_run_skb(ebpf, program, packet, ifindex, SkbIn { mark, ..SkbIn::default() })
+}
+
+/// As `try_run_program`, with the __sk_buff fields of `skb`.
+pub fn try_run_skb(
+    ebpf: &Ebpf,
+    program: &str,
+    packet: &[u8],
+    ifindex: u32,
+    skb: SkbIn,
+) -> Result<Run, aya::programs::ProgramError> {
     let program: &SchedClassifier = ebpf.program(program).unwrap().try_into().unwrap();
-    // struct __sk_buff: mark at 8, ingress_ifindex at 36, ifindex at 40; 192 bytes.
+    // struct __sk_buff: mark at 8, ingress_ifindex at 36, ifindex at 40,
+    // tstamp at 152, gso_segs at 164, gso_size at 176; 192 bytes.
     let mut ctx = [0u8; 192];
-    ctx[8..12].copy_from_slice(&mark.to_ne_bytes());
+    ctx[8..12].copy_from_slice(&skb.mark.to_ne_bytes());
     ctx[36..40].copy_from_slice(&ifindex.to_ne_bytes());
     ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
+    ctx[152..160].copy_from_slice(&skb.tstamp.to_ne_bytes());
+    ctx[164..168].copy_from_slice(&skb.gso_segs.to_ne_bytes());
+    ctx[176..180].copy_from_slice(&skb.gso_size.to_ne_bytes());
     let mut ctx_out = [0u8; 192];
     let mut out = vec![0u8; 16384];
     let options = TestRunOptions {
@@ -97,7 +124,12 @@ pub fn try_run_marked(
     };
     let result = program.test_run(options)?;
     out.truncate(result.data_size_out as usize);
-    Ok(Run { verdict: result.return_value, packet: out, mark: u32::from_ne_bytes(ctx_out[8..12].try_into().unwrap()) })
+    Ok(Run {
+        verdict: result.return_value,
+        packet: out,
+        mark: u32::from_ne_bytes(ctx_out[8..12].try_into().unwrap()),
+        tstamp: u64::from_ne_bytes(ctx_out[152..160].try_into().unwrap()),
+    })
 }
 
 /// Every slot of the object's counter map as (key, packets, bytes), summed

@@ -52,6 +52,10 @@ enum v6n_reason {
 	/* Seen by trace.bpf.c, not by the exit: the kernel freed a packet of a
 	 * pod on this node with a drop reason of its own (skb:kfree_skb). */
 	V6N_REASON_DROP_KERNEL = 28,
+	/* A rate-limited pod's packet whose departure time lies beyond the
+	 * pacing horizon (lib/bandwidth.h): its pod sends or is sent more than
+	 * its limit lets through. */
+	V6N_REASON_DROP_BANDWIDTH = 29,
 	V6N_REASON_COUNT
 };
 
@@ -211,6 +215,31 @@ struct v6n_endpoint_value {
 	__u8 host_mac[6];
 	__u8 flags;
 	__u8 pad[3];
+};
+
+/*
+ * The bandwidth manager (lib/bandwidth.h): a pod's rate limits, keyed by the
+ * ifindex of the host side of its device pair. Each way with a limit is a
+ * pacer that gives every packet a departure time (skb->tstamp), which the
+ * fq qdisc on the uplinks (egress) or on the pod's own device (ingress)
+ * holds the packet until. Times are in picoseconds since `origin_ns` on
+ * bpf_ktime_get_ns()'s clock, modulo 2^64 (compared as signed differences,
+ * so the 213-day wrap is harmless), so that a 64-byte packet at 100 Gbit/s
+ * (5.12 ns) costs what it should.
+ */
+struct v6n_pacer {
+	__u64 ps_per_byte_q16; /* picoseconds per byte, times 2^16; 0: no limit this way */
+	__u64 next_free_ps;    /* when the pod's share is free again (the agent writes 0) */
+	__u64 packets;         /* paced */
+	__u64 bytes;           /* paced, as frames on the wire (GSO segments each with headers) */
+	__u64 drops;           /* beyond the horizon: V6N_REASON_DROP_BANDWIDTH */
+};
+
+struct v6n_bandwidth_value {
+	__u64 origin_ns;  /* the pacers' clock starts here (the agent's install time) */
+	__u64 horizon_ns; /* a packet due later than this from now is dropped */
+	struct v6n_pacer egress;  /* what the pod sends off the node */
+	struct v6n_pacer ingress; /* what is delivered to the pod */
 };
 
 /*
@@ -397,6 +426,7 @@ struct v6n_ct_value {
 
 #define V6N_COUNTERS_MAX 16384 /* ~a dozen slots per pod at 110 pods, plus uplinks */
 #define V6N_ENDPOINTS_MAX 65536
+#define V6N_BANDWIDTH_MAX 65536 /* rate-limited pods */
 #define V6N_EAM_MAX 65536
 #define V6N_XLAT4_MAX 1024 /* IPv4 ranges translated into the prefix (nat64.translatable) */
 #define V6N_DENY_SRC_MAX 262144

@@ -8,6 +8,7 @@
 //! are found in one place.
 
 pub(crate) mod attach;
+pub(crate) mod bandwidth;
 pub(crate) mod bigtcp;
 pub(crate) mod filter;
 pub(crate) mod flows;
