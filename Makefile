@@ -103,7 +103,8 @@ conformance-cnp:
 ## and a single veth pair), a ClusterIP against kube-proxy (nftables and
 ## iptables) and the pod's own address, a NodePort from outside against the
 ## pod's own address, stateful NAT64 under a minute of churn against
-## NAT44, then the image's build and boot against stock.
+## NAT44, pod bandwidth limits against the CNI bandwidth plugin's TBF, then
+## the image's build and boot against stock.
 bench:
 	tests/bench/dataplane
 	tests/bench/nat64 5 3
@@ -114,6 +115,7 @@ bench:
 	tests/bench/nodes
 	tests/bench/services
 	tests/bench/nodeport
+	tests/bench/bandwidth
 	tests/bench/image
 
 clean:
