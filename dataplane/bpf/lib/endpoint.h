@@ -23,6 +23,9 @@
  * v6n_exit_routed (or v6n_delivered_reason and v6n_tc_action) make it one. */
 #define V6N_ACT_DROPPED 0x100
 #define V6N_ACT_DROPPED_FOR(reason) (V6N_ACT_DROPPED | (reason))
+/* Whether an answer of v6n_to_endpoint is one of those: not TC_ACT_UNSPEC
+ * (-1), whose bits include V6N_ACT_DROPPED's. */
+#define V6N_ACT_IS_DROPPED(action) (((action) & ~0xff) == V6N_ACT_DROPPED)
 
 static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
 {
@@ -96,8 +99,8 @@ static __always_inline int v6n_to_endpoint(struct __sk_buff *skb, struct ipv6hdr
  * rewritten is too short for its own headers. */
 static __always_inline enum v6n_reason v6n_routed_reason(int action)
 {
-	if (action & V6N_ACT_DROPPED)
-		return action & ~V6N_ACT_DROPPED;
+	if (V6N_ACT_IS_DROPPED(action))
+		return action & 0xff;
 	if (action == TC_ACT_REDIRECT)
 		return V6N_REASON_ROUTED;
 	return action == TC_ACT_UNSPEC ? V6N_REASON_PASS : V6N_REASON_DROP_MALFORMED;
@@ -107,7 +110,7 @@ static __always_inline enum v6n_reason v6n_routed_reason(int action)
 /* The tc action of what delivery answered. */
 static __always_inline int v6n_tc_action(int delivered)
 {
-	return delivered & V6N_ACT_DROPPED ? TC_ACT_SHOT : delivered;
+	return V6N_ACT_IS_DROPPED(delivered) ? TC_ACT_SHOT : delivered;
 }
 
 static __always_inline int v6n_exit_routed(struct __sk_buff *skb, __u8 direction, int action)
@@ -119,8 +122,8 @@ static __always_inline int v6n_exit_routed(struct __sk_buff *skb, __u8 direction
  * `translated`: the delivery's own failure, or the translation. */
 static __always_inline enum v6n_reason v6n_delivered_reason(int delivered, enum v6n_reason translated)
 {
-	if (delivered & V6N_ACT_DROPPED)
-		return delivered & ~V6N_ACT_DROPPED;
+	if (V6N_ACT_IS_DROPPED(delivered))
+		return delivered & 0xff;
 	return delivered == TC_ACT_SHOT ? V6N_REASON_DROP_MALFORMED : translated;
 }
 
