@@ -30,14 +30,17 @@ static __always_inline struct v6n_bandwidth_value *v6n_bandwidth_of(__u32 ifinde
 }
 
 /* Bytes the packet puts on the wire: a GSO packet carries its headers once,
- * the wire once per segment. Extension headers are not looked for: a TCP
- * segment with them counts 40 bytes short per segment. */
+ * the wire once per segment. A packet a virtio device handed in whole (its
+ * guest TSO) has a segment size but no count yet: the count is worked out
+ * from it. Extension headers are not looked for: a TCP segment with them
+ * counts 40 bytes short per segment. */
 static __always_inline __u64 v6n_wire_bytes(struct __sk_buff *skb, __u8 nexthdr)
 {
 	__u64 bytes = skb->len;
 	__u32 segs = skb->gso_segs;
+	__u32 size = skb->gso_size;
 
-	if (segs <= 1)
+	if (segs <= 1 && !size)
 		return bytes;
 	__u32 headers = ETH_HLEN + sizeof(struct ipv6hdr);
 	if (nexthdr == IPPROTO_TCP) {
@@ -49,6 +52,10 @@ static __always_inline __u64 v6n_wire_bytes(struct __sk_buff *skb, __u8 nexthdr)
 	} else if (nexthdr == IPPROTO_UDP) {
 		headers += 8;
 	}
+	if (!segs && size && skb->len > headers)
+		segs = (skb->len - headers + size - 1) / size;
+	if (segs <= 1)
+		return bytes;
 	return bytes + (__u64)(segs - 1) * headers;
 }
 
