@@ -178,6 +178,14 @@ dataplane_running() {
 # hubble_socket_serves: the vendor config's Hubble socket answers gRPC's
 # health check for the Observer (what `hubble` asks first) as SERVING: a
 # HealthCheckRequest for "hubble.server.Observer", framed by hand for curl.
+# The bandwidth manager's default (auto): on, as the image's kernel has fq,
+# with fq (its horizon set for the pacers) on the uplink.
+bandwidth_on_uplink() {
+    tc qdisc show dev "$uplink"
+    v6node-dataplane status --json | jq -e '.bandwidth.enabled and (.bandwidth.uplinks | length > 0 and all(.error == null and (.qdisc | test("fq"))))' &&
+        tc qdisc show dev "$uplink" | grep -q 'fq .*horizon 4s horizon_drop'
+}
+
 hubble_socket_serves() {
     local answer
     grep -q "Hubble's API unix:/run/v6node/hubble.sock" /tmp/status.txt || { grep -A3 '^flows:' /tmp/status.txt; return 1; }
@@ -575,6 +583,14 @@ pods_have_bigtcp() {
         ip -d link show "$(host_dev a)" | grep -q 'gso_max_size 196608 .*gro_max_size 196608'
 }
 
+# The pods' TCP settings the agent asks v6node-cni to set ([bandwidth]).
+pods_tcp_settings() {
+    local got
+    got=$(ip netns exec a sysctl -n net.ipv4.tcp_congestion_control net.ipv4.tcp_slow_start_after_idle | paste -sd' ')
+    echo "$got"
+    [[ $got == "bbr 0" ]]
+}
+
 pods_survive_agent_restart() {
     in_pod a ping -6 -c 100 -i 0.05 -W 1 "$(pod_addr b)" >/run/v6node-test-ping.log 2>&1 &
     local ping=$!
@@ -655,6 +671,7 @@ default)
     pass_if "default route is IPv6, via the router" ipv6_default_route
     pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
     pass_if "Hubble's API on /run/v6node/hubble.sock answers gRPC health for hubble.server.Observer: SERVING" hubble_socket_serves
+    pass_if "bandwidth manager on by default: fq with the pacers' horizon on $uplink" bandwidth_on_uplink
     pass_if "bpftool lists the dataplane's programs and tcx links" dataplane_in_bpftool
     pass_if "Service socket hooks (connect, sendmsg, recvmsg, getpeername) on the root cgroup" service_hooks_on_root_cgroup
     pass_if "dataplane logs carry journald priorities, no colour" dataplane_logs_for_journald
@@ -694,6 +711,7 @@ pods)
     pass_if "status lists the pods: pod, device, address, mode" pods_in_status
     pass_if "pod <-> pod and pod <-> node, routed in BPF" pods_reach_each_other_and_the_node
     pass_if "BIG TCP on both ends of the pod's netkit pair" pods_have_bigtcp
+    pass_if "the pods' TCP as [bandwidth] says: bbr, no slow start after idle" pods_tcp_settings
     pass_if "pod -> IPv4-only host (ping, HTTP) through the network's NAT64 gateway" pod_reaches_ipv4_host_through_nat64
     pass_if "pod -> IPv4-only host by name: DNS64 answer, then HTTP" pod_reaches_ipv4_host_by_name_through_dns64
     pass_if "pods keep talking across an agent restart; CHECK passes" pods_survive_agent_restart

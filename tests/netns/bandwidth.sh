@@ -162,7 +162,7 @@ limited_pods() { jq_status '[.bandwidth.pods[].pod] | join(",")'; }
 pass_if "... the pod stays unlimited" bash -c '[[ $1 != *tenant/bad* ]]' _ "$(limited_pods)"
 
 # --- the pacers at work ----------------------------------------------------------------
-at "$gw_ns" iperf3 -s -D -B "$cp_api" -p 5201 --logfile "$work/iperf3.log"
+at "$gw_ns" iperf3 -s -B "$cp_api" -p 5201 >"$work/iperf3.log" 2>&1 &
 retry 10 bound "$gw_ns" tcp 5201
 # A second of p1g's stream: without fq nothing holds its packets, but each
 # got its departure time on p1g's schedule (BPF counts it).
