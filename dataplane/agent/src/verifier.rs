@@ -24,13 +24,15 @@ impl Loadable for CgroupSockAddr {
 
 /// The verifier gives up with EAGAIN when a signal arrives while it works
 /// (a SIGHUP reload, a child exiting: in the tests, another test's `ip`);
-/// like libbpf, try again a few times.
+/// like libbpf, try again, a little later each time: under a busy test
+/// suite five quick tries were once not enough.
 pub fn load_retrying(program: &mut impl Loadable) -> Result<(), ProgramError> {
     let mut attempts = 0;
     loop {
         match program.load_once() {
-            Err(ProgramError::LoadError { io_error, .. }) if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 => {
+            Err(ProgramError::LoadError { io_error, .. }) if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 20 => {
                 attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5 * attempts));
             }
             result => return result,
         }
