@@ -82,14 +82,6 @@ pub struct PacerCounts {
     pub drops: u64,
 }
 
-/// CLOCK_MONOTONIC, bpf_ktime_get_ns()'s clock.
-pub fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we pass and nothing else.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
-}
-
 /// The pods' TCP settings, for the plugin to set in each new pod's
 /// namespace (the kernel keeps them per namespace).
 pub fn pod_sysctls(config: &BandwidthConfig) -> Vec<(String, String)> {
@@ -226,7 +218,8 @@ fn write_pacers(pin_dir: &std::path::Path, wanted: &BTreeMap<u32, (LimitedPod, P
     }
     for (ifindex, (_, limits)) in wanted {
         let old = map.get(ifindex, 0).ok();
-        let mut value = old.unwrap_or(BandwidthValue { origin_ns: monotonic_ns(), ..BandwidthValue::default() });
+        let mut value =
+            old.unwrap_or(BandwidthValue { origin_ns: crate::conntrack::monotonic_ns(), ..BandwidthValue::default() });
         let (egress, ingress) = (Pacer::limiting(limits.egress), Pacer::limiting(limits.ingress));
         let horizon_ns = u64::from(horizon_ms) * 1_000_000;
         if old.is_some()
@@ -312,15 +305,7 @@ async fn delete_root(netlink: &Handle, ifindex: u32) -> Result<()> {
     message.header.parent = TcHandle::ROOT;
     let mut request = NetlinkMessage::from(RouteNetlinkMessage::DelQueueDiscipline(message));
     request.header.flags = NLM_F_REQUEST | NLM_F_ACK;
-    let mut responses = netlink.clone().request(request)?;
-    while let Some(message) = responses.next().await {
-        if let NetlinkPayload::Error(e) = message.payload {
-            if let Some(code) = e.code {
-                return Err(std::io::Error::from_raw_os_error(-code.get()).into());
-            }
-        }
-    }
-    Ok(())
+    acknowledged(netlink, request).await
 }
 
 fn tc_message(ifindex: u32, handle: TcHandle, parent: TcHandle, kind: &str, options: Vec<TcOption>) -> TcMessage {
@@ -337,6 +322,11 @@ fn tc_message(ifindex: u32, handle: TcHandle, parent: TcHandle, kind: &str, opti
 async fn tc_request(netlink: &Handle, message: TcMessage) -> Result<()> {
     let mut request = NetlinkMessage::from(RouteNetlinkMessage::NewQueueDiscipline(message));
     request.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+    acknowledged(netlink, request).await
+}
+
+/// Sends `request`; the kernel's error, if it answers with one.
+async fn acknowledged(netlink: &Handle, request: NetlinkMessage<RouteNetlinkMessage>) -> Result<()> {
     let mut responses = netlink.clone().request(request)?;
     while let Some(message) = responses.next().await {
         if let NetlinkPayload::Error(e) = message.payload {
