@@ -46,8 +46,10 @@ export V6NODE_CNI_CONF_DIR=$work/cni
 cni_bin=$(dirname "$bin")/v6node-cni
 agent_pid=
 cleanup_netns+=("$node" "$gw_ns")
+iperf3_pid=
 cleanup() {
     ((tap_failed == 0)) || tail -n 40 "$work/agent.log" | sed 's/^/# agent: /'
+    [[ -z $iperf3_pid ]] || kill "$iperf3_pid" 2>/dev/null
     control_plane_down
     in_node "$bin" detach --force >/dev/null 2>&1
 }
@@ -162,7 +164,10 @@ limited_pods() { jq_status '[.bandwidth.pods[].pod] | join(",")'; }
 pass_if "... the pod stays unlimited" bash -c '[[ $1 != *tenant/bad* ]]' _ "$(limited_pods)"
 
 # --- the pacers at work ----------------------------------------------------------------
-at "$gw_ns" iperf3 -s -B "$cp_api" -p 5201 >"$work/iperf3.log" 2>&1 &
+# Not through at(): a function in the background is a subshell, whose
+# child the exit's kill of the job would leave running.
+nsenter --net="/run/netns/$gw_ns" iperf3 -s -B "$cp_api" -p 5201 >"$work/iperf3.log" 2>&1 &
+iperf3_pid=$!
 retry 10 bound "$gw_ns" tcp 5201
 # A second of p1g's stream: without fq nothing holds its packets, but each
 # got its departure time on p1g's schedule (BPF counts it).
