@@ -6,7 +6,7 @@
 //! qdisc lock is shared by the CPUs) for what limited pods send, on a pod's
 //! own host-side device for what it is sent.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use anyhow::{anyhow, Context, Result};
 use aya::maps::{HashMap, Map, MapData};
@@ -69,9 +69,9 @@ pub struct LimitedPod {
     pub pod: String,
     pub device: String,
     pub ifindex: u32,
-    /// Bits per second.
-    pub egress: Option<u64>,
-    pub ingress: Option<u64>,
+    /// Bits per second, each way.
+    #[serde(flatten)]
+    pub limits: PodLimits,
 }
 
 /// A pacer's counters, read from the map.
@@ -93,15 +93,27 @@ pub fn pod_sysctls(config: &BandwidthConfig) -> Vec<(String, String)> {
     sysctls
 }
 
-/// How long an uplink that refused fq is left before the next attempt.
-const UPLINK_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a device that refused fq is left before the next attempt.
+const QUEUE_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A device's queues as last set up: the error if they were refused, and
+/// when; `due` says whether to try (again) now.
+struct Attempt<T> {
+    outcome: T,
+    error: Option<String>,
+    at: std::time::Instant,
+}
+
+fn due<T>(attempt: Option<&Attempt<T>>) -> bool {
+    attempt.is_none_or(|a| a.error.is_some() && a.at.elapsed() >= QUEUE_RETRY)
+}
 
 #[derive(Default)]
 pub struct BandwidthManager {
-    /// Uplinks whose queues were set up (or refused, and when), by ifindex.
-    uplinks: BTreeMap<u32, (UplinkQueues, std::time::Instant)>,
-    /// Pods' host-side devices given an fq, by ifindex.
-    pod_queues: BTreeSet<u32>,
+    /// Uplinks' queues, by ifindex.
+    uplinks: BTreeMap<u32, Attempt<UplinkQueues>>,
+    /// Ingress-limited pods' host-side devices given an fq, by ifindex.
+    pod_queues: BTreeMap<u32, Attempt<()>>,
 }
 
 impl BandwidthManager {
@@ -126,17 +138,17 @@ impl BandwidthManager {
         if config.mode != BandwidthMode::Off {
             self.uplinks.retain(|ifindex, _| uplinks.iter().any(|(_, i)| i == ifindex));
             for (device, ifindex) in uplinks {
-                let due = self.uplinks.get(ifindex).is_none_or(|(q, at)| q.error.is_some() && at.elapsed() >= UPLINK_RETRY);
-                if due {
+                if due(self.uplinks.get(ifindex)) {
                     let queues = uplink_queues(netlink, device, *ifindex, config.horizon_ms).await;
                     match &queues.error {
                         Some(e) => log::warn!("{device}: no fq for the bandwidth manager: {e}"),
                         None => log::info!("{device}: {} for the bandwidth manager", queues.qdisc),
                     }
-                    self.uplinks.insert(*ifindex, (queues, std::time::Instant::now()));
+                    let error = queues.error.clone();
+                    self.uplinks.insert(*ifindex, Attempt { outcome: queues, error, at: std::time::Instant::now() });
                 }
             }
-            state.uplinks = self.uplinks.values().map(|(q, _)| q.clone()).collect();
+            state.uplinks = self.uplinks.values().map(|a| a.outcome.clone()).collect();
         }
         let failed: Vec<String> =
             state.uplinks.iter().filter_map(|q| q.error.as_ref().map(|e| format!("uplink {}: {e}", q.device))).collect();
@@ -153,7 +165,7 @@ impl BandwidthManager {
             BandwidthMode::Auto => true,
         };
 
-        let mut wanted: BTreeMap<u32, (LimitedPod, PodLimits)> = BTreeMap::new();
+        let mut wanted: BTreeMap<u32, LimitedPod> = BTreeMap::new();
         if state.enabled {
             for endpoint in endpoints {
                 let Some(pod) = &endpoint.endpoint.pod else { continue };
@@ -166,38 +178,33 @@ impl BandwidthManager {
                     pod: pod.clone(),
                     device: endpoint.endpoint.host_device.clone(),
                     ifindex: endpoint.host_ifindex,
-                    egress: pod_limits.egress,
-                    ingress: pod_limits.ingress,
+                    limits: *pod_limits,
                 };
-                wanted.insert(endpoint.host_ifindex, (limited, *pod_limits));
+                wanted.insert(endpoint.host_ifindex, limited);
             }
         }
         if let Err(e) = write_pacers(pin_dir, &wanted, config.horizon_ms) {
             state.problems.push(format!("the pacers were not written: {e:#}"));
         }
         // An fq on the pod's own device for what it is sent.
-        for (ifindex, (pod, limits)) in &wanted {
-            if limits.ingress.is_some() && !self.pod_queues.contains(ifindex) {
-                match replace_fq(netlink, *ifindex, None, config.horizon_ms).await {
-                    Ok(()) => {
-                        self.pod_queues.insert(*ifindex);
-                    }
-                    Err(e) => state.problems.push(format!("pod {}: no fq on {}: {e:#}", pod.pod, pod.device)),
-                }
+        for (ifindex, pod) in wanted.iter().filter(|(_, p)| p.limits.ingress.is_some()) {
+            if due(self.pod_queues.get(ifindex)) {
+                let error = replace_fq(netlink, *ifindex, None, config.horizon_ms).await.err().map(|e| format!("{e:#}"));
+                self.pod_queues.insert(*ifindex, Attempt { outcome: (), error, at: std::time::Instant::now() });
+            }
+            if let Some(e) = self.pod_queues.get(ifindex).and_then(|a| a.error.as_ref()) {
+                state.problems.push(format!("pod {}: no fq on {}: {e}", pod.pod, pod.device));
             }
         }
-        let unqueued: Vec<u32> = self
-            .pod_queues
-            .iter()
-            .filter(|i| wanted.get(i).is_none_or(|(_, limits)| limits.ingress.is_none()))
-            .copied()
-            .collect();
+        let unqueued: Vec<u32> =
+            self.pod_queues.keys().filter(|i| wanted.get(i).is_none_or(|p| p.limits.ingress.is_none())).copied().collect();
         for ifindex in unqueued {
             // A pod gone takes its device and queue with it.
-            let _ = delete_root(netlink, ifindex).await;
-            self.pod_queues.remove(&ifindex);
+            if self.pod_queues.remove(&ifindex).is_some_and(|a| a.error.is_none()) {
+                let _ = delete_root(netlink, ifindex).await;
+            }
         }
-        state.pods = wanted.into_values().map(|(pod, _)| pod).collect();
+        state.pods = wanted.into_values().collect();
         state
     }
 }
@@ -210,13 +217,13 @@ fn open_map(pin_dir: &std::path::Path) -> Result<HashMap<MapData, u32, Bandwidth
 
 /// Writes the pacers wanted, keeping a pacer's schedule and counters while
 /// its rate stays; removes the others.
-fn write_pacers(pin_dir: &std::path::Path, wanted: &BTreeMap<u32, (LimitedPod, PodLimits)>, horizon_ms: u32) -> Result<()> {
+fn write_pacers(pin_dir: &std::path::Path, wanted: &BTreeMap<u32, LimitedPod>, horizon_ms: u32) -> Result<()> {
     let mut map = open_map(pin_dir)?;
     let present: Vec<u32> = map.keys().filter_map(Result::ok).collect();
     for ifindex in present.iter().filter(|i| !wanted.contains_key(i)) {
         map.remove(ifindex).with_context(|| format!("removing the pacer of ifindex {ifindex}"))?;
     }
-    for (ifindex, (_, limits)) in wanted {
+    for (ifindex, LimitedPod { limits, .. }) in wanted {
         let old = map.get(ifindex, 0).ok();
         let mut value =
             old.unwrap_or(BandwidthValue { origin_ns: crate::conntrack::monotonic_ns(), ..BandwidthValue::default() });

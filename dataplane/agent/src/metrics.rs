@@ -261,54 +261,39 @@ where
     }
 }
 
-/// Flows the agent made of the datapath's events, and what became of the
-/// events themselves (sent, held back by the rate limit, lost to a full
-/// ring) by reason, from the kernel now.
-/// Each limited pod's limit and what its pacers saw, by pod and direction.
+/// Each limited pod's limit and what its pacers saw, by pod and direction
+/// (only the ways it is limited).
 fn bandwidth_families(out: &mut String, paths: &Paths, state: &State) {
     let pods = state.bandwidth.as_ref().map(|b| b.pods.as_slice()).unwrap_or_default();
     let counts = crate::bandwidth::counts(&paths.pin_dir);
-    type Pick = fn(&crate::bandwidth::LimitedPod, &crate::bandwidth::PacerCounts, bool) -> Option<u64>;
-    let families: [(&str, &str, &str, Pick); 4] = [
-        (
-            "v6node_bandwidth_limit_bits_per_second",
-            "gauge",
-            "A pod's rate limit, from its bandwidth annotation.",
-            |p, _, egress| {
-                if egress {
-                    p.egress
-                } else {
-                    p.ingress
-                }
-            },
-        ),
-        ("v6node_bandwidth_packets_total", "counter", "Packets of a limited pod given a departure time.", |_, c, _| {
-            Some(c.packets)
-        }),
-        (
-            "v6node_bandwidth_bytes_total",
-            "counter",
-            "Bytes (frames on the wire) of a limited pod given a departure time.",
-            |_, c, _| Some(c.bytes),
-        ),
-        ("v6node_bandwidth_drops_total", "counter", "Packets of a limited pod dropped as due beyond the horizon.", |_, c, _| {
-            Some(c.drops)
-        }),
-    ];
-    for (name, kind, help, pick) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for pod in pods {
-            let (egress, ingress) = counts.get(&pod.ifindex).copied().unwrap_or_default();
-            for (direction, c, limited) in [("egress", egress, pod.egress.is_some()), ("ingress", ingress, pod.ingress.is_some())]
-            {
-                if let Some(value) = pick(pod, &c, direction == "egress").filter(|_| limited) {
-                    let _ = writeln!(out, "{name}{{pod=\"{}\",direction=\"{direction}\"}} {value}", escape(&pod.pod));
-                }
+    let mut rows = Vec::new();
+    for pod in pods {
+        let (egress, ingress) = counts.get(&pod.ifindex).copied().unwrap_or_default();
+        for (direction, limit, seen) in [("egress", pod.limits.egress, egress), ("ingress", pod.limits.ingress, ingress)] {
+            if let Some(limit) = limit {
+                rows.push((escape(&pod.pod), direction, [limit, seen.packets, seen.bytes, seen.drops]));
             }
+        }
+    }
+    for (column, (name, kind, help)) in [
+        ("v6node_bandwidth_limit_bits_per_second", "gauge", "A pod's rate limit, from its bandwidth annotation."),
+        ("v6node_bandwidth_packets_total", "counter", "Packets of a limited pod given a departure time."),
+        ("v6node_bandwidth_bytes_total", "counter", "Bytes (frames on the wire) of a limited pod given a departure time."),
+        ("v6node_bandwidth_drops_total", "counter", "Packets of a limited pod dropped as due beyond the horizon."),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (pod, direction, values) in &rows {
+            let _ = writeln!(out, "{name}{{pod=\"{pod}\",direction=\"{direction}\"}} {}", values[column]);
         }
     }
 }
 
+/// Flows the agent made of the datapath's events, and what became of the
+/// events themselves (sent, held back by the rate limit, lost to a full
+/// ring) by reason, from the kernel now.
 fn flow_families(out: &mut String, paths: &Paths) {
     let name = "v6node_flows_total";
     let _ = writeln!(

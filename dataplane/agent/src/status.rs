@@ -650,7 +650,7 @@ fn bandwidth_section(out: &mut String, status: &Status) {
         let way = |limit: Option<u64>, counts: crate::bandwidth::PacerCounts| {
             limit.map(|l| format!("{} ({} packets, {} beyond the horizon)", rate(l), counts.packets, counts.drops))
         };
-        let ways: Vec<String> = [("egress", way(pod.egress, egress)), ("ingress", way(pod.ingress, ingress))]
+        let ways: Vec<String> = [("egress", way(pod.limits.egress, egress)), ("ingress", way(pod.limits.ingress, ingress))]
             .into_iter()
             .filter_map(|(name, text)| text.map(|t| format!("{name} {t}")))
             .collect();

@@ -67,7 +67,7 @@ impl Daemon {
                 let (container_id, ifname) = (endpoint.container_id.clone(), endpoint.ifname.clone());
                 let host_device = endpoint.host_device.clone();
                 let size = self.loaded.config.bigtcp.size;
-                let added = match self.endpoints.add(&self.shared.paths, &self.netlink, endpoint, size).await {
+                let mut added = match self.endpoints.add(&self.shared.paths, &self.netlink, endpoint, size).await {
                     Ok(added) => added,
                     Err(e) => return Response::error(format!("{e:#}")),
                 };
@@ -93,7 +93,6 @@ impl Daemon {
                     added.endpoint.device.as_str(),
                     added.bigtcp.map_or("off".into(), |b| b.to_string()),
                 );
-                let mut added = added;
                 added.pod_sysctls = crate::bandwidth::pod_sysctls(&self.loaded.config.bandwidth);
                 Response::ok(vec![added])
             }
