@@ -65,11 +65,24 @@ fn read(node: &mut Node, ifindex: u32) -> BandwidthValue {
 }
 
 /// A pacer at `bits` per second whose schedule is `backlog_ns` ahead of now.
-fn backlogged(bits: u64, backlog_ns: u64, horizon_ns: u64) -> (BandwidthValue, u64) {
-    let now = monotonic_ns();
-    let mut egress = Pacer::limiting(Some(bits));
-    egress.next_free_ps = (now + backlog_ns) * 1000;
-    (BandwidthValue { origin_ns: 0, horizon_ns, egress, ..BandwidthValue::default() }, now + backlog_ns)
+/// Returns it with the time its backlog ends.
+fn backlogged(bits: u64, backlog_ns: u64) -> (Pacer, u64) {
+    let free_at = monotonic_ns() + backlog_ns;
+    let mut pacer = Pacer::limiting(Some(bits));
+    pacer.next_free_ps = free_at * 1000;
+    (pacer, free_at)
+}
+
+/// Egress pacing at `bits`, a backlog of `backlog_ns` ahead of now.
+fn egress_backlogged(bits: u64, backlog_ns: u64, horizon_ns: u64) -> (BandwidthValue, u64) {
+    let (egress, free_at) = backlogged(bits, backlog_ns);
+    (BandwidthValue { origin_ns: 0, horizon_ns, egress, ..BandwidthValue::default() }, free_at)
+}
+
+/// Ingress pacing at 100 Mbit/s, 10 ms of backlog: 121.12 µs per 1514-byte frame.
+fn ingress_backlogged() -> BandwidthValue {
+    let (ingress, _) = backlogged(100_000_000, 10_000_000);
+    BandwidthValue { origin_ns: 0, horizon_ns: 2 * SECOND_NS, ingress, ..BandwidthValue::default() }
 }
 
 fn send(node: &Node, packet: &[u8], skb: SkbIn) -> Run {
@@ -88,7 +101,7 @@ fn departures_follow_the_rate_from_one_kbit_to_one_hundred_gbit() {
         (100_000_000_000, 86, 500),
         (100_000_000_000, 1514, 500),
     ] {
-        let (value, first) = backlogged(bits, 50_000_000, 60 * SECOND_NS);
+        let (value, first) = egress_backlogged(bits, 50_000_000, 60 * SECOND_NS);
         limit(&mut node, a, value);
         let packet = frame(REMOTE, 40000, bytes);
         let departures: Vec<u64> = (0..count)
@@ -166,7 +179,7 @@ fn the_clock_wraps_without_a_jump() {
 fn many_flows_of_one_pod_share_its_rate_and_other_pods_keep_theirs() {
     let mut node = Node::new("bw-flows", 0);
     let a = node.host_a;
-    let (value, _) = backlogged(100_000_000, 10_000_000, 2 * SECOND_NS);
+    let (value, _) = egress_backlogged(100_000_000, 10_000_000, 2 * SECOND_NS);
     limit(&mut node, a, value);
     // 64 flows, interleaved: one schedule for the pod, whatever the flow.
     let mut departures = Vec::new();
@@ -195,7 +208,7 @@ fn many_flows_of_one_pod_share_its_rate_and_other_pods_keep_theirs() {
 fn a_gso_packet_costs_every_segment_with_its_headers() {
     let mut node = Node::new("bw-gso", 0);
     let a = node.host_a;
-    let (value, _) = backlogged(1_000_000_000, 10_000_000, 2 * SECOND_NS);
+    let (value, _) = egress_backlogged(1_000_000_000, 10_000_000, 2 * SECOND_NS);
     limit(&mut node, a, value);
     // One skb of 2 segments of 1428 bytes (a test run takes no bigger
     // packet): 2 frames of 1502 on the wire, the 74 bytes of headers
@@ -238,9 +251,7 @@ fn beyond_the_horizon_is_dropped_and_counted_for_the_pod() {
 fn a_netkit_pod_limited_on_ingress_is_paced_and_queued_from_the_uplink() {
     let mut node = Node::new("bw-ingress-netkit", ENDPOINT_NETKIT as u8);
     let a = node.host_a;
-    let mut ingress = Pacer::limiting(Some(100_000_000));
-    ingress.next_free_ps = (monotonic_ns() + 10_000_000) * 1000;
-    limit(&mut node, a, BandwidthValue { origin_ns: 0, horizon_ns: 2 * SECOND_NS, ingress, ..Default::default() });
+    limit(&mut node, a, ingress_backlogged());
     let packet = from_outside(POD_A, 1514);
     let runs: Vec<Run> =
         (0..3).map(|_| try_run_skb(&node.host, "v6n_from_dev", &packet, node.uplink, SkbIn::default()).unwrap()).collect();
@@ -256,9 +267,7 @@ fn a_netkit_pod_limited_on_ingress_is_paced_and_queued_from_the_uplink() {
 fn a_veth_pod_limited_on_ingress_is_paced_before_its_queue() {
     let mut node = Node::new("bw-ingress-veth", 0);
     let a = node.host_a;
-    let mut ingress = Pacer::limiting(Some(100_000_000));
-    ingress.next_free_ps = (monotonic_ns() + 10_000_000) * 1000;
-    limit(&mut node, a, BandwidthValue { origin_ns: 0, horizon_ns: 2 * SECOND_NS, ingress, ..Default::default() });
+    limit(&mut node, a, ingress_backlogged());
     // What the stack (or a redirect to the device) sends pod A passes
     // v6n_to_pod at tc egress of its host side, before the qdisc.
     let packet = from_outside(POD_A, 1514);
