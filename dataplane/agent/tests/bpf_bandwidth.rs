@@ -157,16 +157,17 @@ fn the_clock_wraps_without_a_jump() {
     let mut node = Node::new("bw-wrap", 0);
     let a = node.host_a;
     // The pacer's picosecond clock, (now - origin) * 1000 mod 2^64, is
-    // 1 ms before its wrap, and the schedule's backlog crosses it.
+    // 100 ms before its wrap, and the schedule's backlog crosses it. The
+    // backlog outlasts a busy machine's delay before the first packet.
     let now = monotonic_ns();
-    let origin_ns = now.wrapping_add(1_000_000);
+    let origin_ns = now.wrapping_add(100_000_000);
     let mut egress = Pacer::limiting(Some(1_000_000_000));
     let now_ps = now.wrapping_sub(origin_ns).wrapping_mul(1000);
-    // 970 µs of backlog: the schedule wraps 30 µs after it starts, after
+    // 99.97 ms of backlog: the schedule wraps 30 µs after it starts, after
     // the third packet (12.112 µs each).
-    egress.next_free_ps = now_ps.wrapping_add(970_000_000);
+    egress.next_free_ps = now_ps.wrapping_add(99_970_000_000);
     limit(&mut node, a, BandwidthValue { origin_ns, horizon_ns: SECOND_NS, egress, ..Default::default() });
-    assert!(egress.next_free_ps > u64::MAX - 1_000_000_000, "the schedule starts just before the wrap");
+    assert!(egress.next_free_ps > u64::MAX - 100_000_000, "the schedule starts just before the wrap");
     let packet = frame(REMOTE, 40000, 1514);
     let departures: Vec<u64> = (0..50).map(|_| send(&node, &packet, SkbIn::default()).tstamp).collect();
     assert!(read(&mut node, a).egress.next_free_ps < 1_000_000_000, "the schedule wrapped");
