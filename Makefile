@@ -103,7 +103,8 @@ conformance-cnp:
 ## and a single veth pair), a ClusterIP against kube-proxy (nftables and
 ## iptables) and the pod's own address, a NodePort from outside against the
 ## pod's own address, stateful NAT64 under a minute of churn against
-## NAT44, pod bandwidth limits against the CNI bandwidth plugin's TBF, then
+## NAT44, pod bandwidth limits against the CNI bandwidth plugin's TBF (on
+## this host's kernel, then on the image's, which has fq, in a VM), then
 ## the image's build and boot against stock.
 bench:
 	tests/bench/dataplane
@@ -116,6 +117,7 @@ bench:
 	tests/bench/services
 	tests/bench/nodeport
 	tests/bench/bandwidth
+	tests/bench/in-image bandwidth
 	tests/bench/image
 
 clean:

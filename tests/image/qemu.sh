@@ -107,11 +107,12 @@ run_plain_vm() {
 }
 
 # launch_plain_vm OUTDIR QEMU_DRIVE_OPTION...: one boot of a plain UEFI VM
-# with fresh UEFI variables.
+# with fresh UEFI variables and guest_memory (2G unless set).
+guest_memory=
 launch_plain_vm() {
     local out=$1 vm_options
     shift
-    plain_vm_options "$out/efivars.fd"
+    plain_vm_options "$out/efivars.fd" "${guest_memory:-2G}"
     run_plain_vm "$out" "$@"
 }
 
