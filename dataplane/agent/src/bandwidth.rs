@@ -49,6 +49,8 @@ pub struct BandwidthState {
     pub horizon_ms: u32,
     pub pod_congestion_control: Option<String>,
     pub pod_slow_start_after_idle: bool,
+    #[serde(default)]
+    pub pod_tso_rtt_log: u8,
     pub uplinks: Vec<UplinkQueues>,
     pub pods: Vec<LimitedPod>,
     /// Refused annotations, queues that could not be set up.
@@ -90,6 +92,7 @@ pub fn pod_sysctls(config: &BandwidthConfig) -> Vec<(String, String)> {
         sysctls.push(("net/ipv4/tcp_congestion_control".to_string(), congestion_control.clone()));
     }
     sysctls.push(("net/ipv4/tcp_slow_start_after_idle".to_string(), u8::from(config.pod_slow_start_after_idle).to_string()));
+    sysctls.push(("net/ipv4/tcp_tso_rtt_log".to_string(), config.pod_tso_rtt_log.to_string()));
     sysctls
 }
 
@@ -133,6 +136,7 @@ impl BandwidthManager {
             horizon_ms: config.horizon_ms,
             pod_congestion_control: config.pod_congestion_control.clone(),
             pod_slow_start_after_idle: config.pod_slow_start_after_idle,
+            pod_tso_rtt_log: config.pod_tso_rtt_log,
             ..BandwidthState::default()
         };
         if config.mode != BandwidthMode::Off {

@@ -640,10 +640,14 @@ fn bandwidth_section(out: &mut String, status: &Status) {
     };
     let _ = writeln!(
         out,
-        "\nbandwidth:   {on}; {} pod(s) limited; pods' TCP: {}, slow start after idle {}",
+        "\nbandwidth:   {on}; {} pod(s) limited; pods' TCP: {}, slow start after idle {}, TSO sized {}",
         b.pods.len(),
         b.pod_congestion_control.as_deref().unwrap_or("the kernel's default"),
-        if b.pod_slow_start_after_idle { "on" } else { "off" }
+        if b.pod_slow_start_after_idle { "on" } else { "off" },
+        match b.pod_tso_rtt_log {
+            0 => "by rate".to_string(),
+            log => format!("by rate and RTT (tcp_tso_rtt_log {log})"),
+        }
     );
     for pod in &b.pods {
         let (egress, ingress) = bandwidth.counts.get(&pod.ifindex).copied().unwrap_or_default();

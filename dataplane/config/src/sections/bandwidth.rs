@@ -22,6 +22,12 @@ pub struct Bandwidth {
     pub pod_congestion_control: Option<String>,
     /// net.ipv4.tcp_slow_start_after_idle in the pods' namespaces.
     pub pod_slow_start_after_idle: bool,
+    /// net.ipv4.tcp_tso_rtt_log in the pods' namespaces. The kernel's 9
+    /// gives a flow with a round trip under 512 µs (a pod to its node's
+    /// neighbours) whole 64 KiB TSO packets whatever its pacing rate, and TCP
+    /// small queues let two of them wait per socket: at 10 Mbit/s, 100 ms
+    /// of a limited pod's backlog per stream. 0 sizes them by the rate.
+    pub pod_tso_rtt_log: u8,
 }
 
 impl Default for Bandwidth {
@@ -31,6 +37,7 @@ impl Default for Bandwidth {
             horizon_ms: BANDWIDTH_HORIZON_MS_DEFAULT,
             pod_congestion_control: Some("bbr".into()),
             pod_slow_start_after_idle: false,
+            pod_tso_rtt_log: 0,
         }
     }
 }
@@ -54,7 +61,11 @@ keywords!(BandwidthMode, "bandwidth mode", {
 });
 
 pub(crate) fn read(v: &Validator, root: &Table, bandwidth: &mut Bandwidth) -> Result<()> {
-    let Some(t) = v.section(root, "bandwidth", &["mode", "horizon_ms", "pod_congestion_control", "pod_slow_start_after_idle"])?
+    let Some(t) = v.section(
+        root,
+        "bandwidth",
+        &["mode", "horizon_ms", "pod_congestion_control", "pod_slow_start_after_idle", "pod_tso_rtt_log"],
+    )?
     else {
         return Ok(());
     };
@@ -84,6 +95,12 @@ pub(crate) fn read(v: &Validator, root: &Table, bandwidth: &mut Bandwidth) -> Re
     if let Some(b) = v.boolean(t, "bandwidth.pod_slow_start_after_idle")? {
         bandwidth.pod_slow_start_after_idle = b;
     }
+    if let Some(n) = v.integer(t, "bandwidth.pod_tso_rtt_log")? {
+        // The kernel shifts gso_max_size by min_rtt >> this, in a 32-bit word.
+        bandwidth.pod_tso_rtt_log = u8::try_from(n).ok().filter(|n| *n <= 31).ok_or_else(|| {
+            v.err("bandwidth.pod_tso_rtt_log", format!("{n} is out of range; expected 0..=31 (the kernel's default is 9)"))
+        })?;
+    }
     Ok(())
 }
 
@@ -93,18 +110,18 @@ mod tests {
     use crate::BandwidthMode;
 
     #[test]
-    fn on_where_fq_works_bbr_no_slow_start_after_idle_by_default() {
+    fn on_where_fq_works_bbr_no_slow_start_after_idle_tso_by_rate_by_default() {
         let b = ok("").bandwidth;
         assert_eq!(b.mode, BandwidthMode::Auto);
         assert_eq!(b.horizon_ms, 2000);
         assert_eq!(b.pod_congestion_control.as_deref(), Some("bbr"));
         assert!(!b.pod_slow_start_after_idle);
-        let b =
-            ok("[bandwidth]\nmode = \"off\"\nhorizon_ms = 500\npod_congestion_control = \"\"\npod_slow_start_after_idle = true")
-                .bandwidth;
+        assert_eq!(b.pod_tso_rtt_log, 0);
+        let b = ok("[bandwidth]\nmode = \"off\"\nhorizon_ms = 500\npod_congestion_control = \"\"\npod_slow_start_after_idle = true\npod_tso_rtt_log = 9")
+            .bandwidth;
         assert_eq!(
-            (b.mode, b.horizon_ms, b.pod_congestion_control, b.pod_slow_start_after_idle),
-            (BandwidthMode::Off, 500, None, true)
+            (b.mode, b.horizon_ms, b.pod_congestion_control, b.pod_slow_start_after_idle, b.pod_tso_rtt_log),
+            (BandwidthMode::Off, 500, None, true, 9)
         );
     }
 
@@ -118,5 +135,7 @@ mod tests {
             "is no congestion control's name",
         );
         bad("bandwidth.pod_slow_start_after_idle = 1", "bandwidth.pod_slow_start_after_idle", "");
+        bad("bandwidth.pod_tso_rtt_log = 32", "bandwidth.pod_tso_rtt_log", "32 is out of range; expected 0..=31");
+        bad("bandwidth.pod_tso_rtt_log = -1", "bandwidth.pod_tso_rtt_log", "-1 is out of range");
     }
 }
