@@ -646,7 +646,8 @@ fn bandwidth_section(out: &mut String, status: &Status) {
         if b.pod_slow_start_after_idle { "on" } else { "off" },
         match b.pod_tso_rtt_log {
             0 => "by rate".to_string(),
-            log => format!("by rate and RTT (tcp_tso_rtt_log {log})"),
+            9 => "by rate and round trip (the kernel's default)".to_string(),
+            log => format!("by rate and round trip (tcp_tso_rtt_log {log})"),
         }
     );
     for pod in &b.pods {
