@@ -21,6 +21,7 @@
 #include <bpf/bpf_helpers.h>
 #include <v6node/abi.h>
 
+#include "ctx.h"
 #include "maps.h"
 #include "rate.h"
 
@@ -137,17 +138,17 @@ static __always_inline int v6n_reason_is_drop(__u8 reason)
 
 /* The transport's ports, flags or ICMP type of the packet at `l4`, read
  * straight into the event (BPF's stack is short here). */
-static __always_inline void v6n_event_read_l4(struct __sk_buff *skb, struct v6n_flow_event *event, __u32 l4)
+static __always_inline void v6n_event_read_l4(struct v6n_ctx *ctx, struct v6n_flow_event *event, __u32 l4)
 {
 	if (event->protocol == IPPROTO_TCP) {
-		if (bpf_skb_load_bytes(skb, l4, &event->sport, 4) == 0)
-			bpf_skb_load_bytes(skb, l4 + 13, &event->tcp_flags, 1);
+		if (v6n_ctx_load_bytes(ctx, l4, &event->sport, 4) == 0)
+			v6n_ctx_load_bytes(ctx, l4 + 13, &event->tcp_flags, 1);
 	} else if (event->protocol == IPPROTO_UDP || event->protocol == IPPROTO_SCTP) {
-		bpf_skb_load_bytes(skb, l4, &event->sport, 4);
+		v6n_ctx_load_bytes(ctx, l4, &event->sport, 4);
 	} else if (event->protocol == IPPROTO_ICMPV6 || event->protocol == IPPROTO_ICMP) {
 		/* Type and code; an echo's identifier stands for both ports. */
-		if (bpf_skb_load_bytes(skb, l4, &event->icmp_type, 2) == 0 &&
-		    bpf_skb_load_bytes(skb, l4 + 4, &event->sport, 2) == 0)
+		if (v6n_ctx_load_bytes(ctx, l4, &event->icmp_type, 2) == 0 &&
+		    v6n_ctx_load_bytes(ctx, l4 + 4, &event->sport, 2) == 0)
 			event->dport = event->sport;
 	}
 }
@@ -155,33 +156,33 @@ static __always_inline void v6n_event_read_l4(struct __sk_buff *skb, struct v6n_
 /* The packet's addresses and transport, as far as it has them: an IPv6
  * packet's next header is taken as its transport (extension headers are
  * named, not skipped); an IPv4 packet's addresses are IPv4-mapped. */
-static __always_inline void v6n_event_read_packet(struct __sk_buff *skb, struct v6n_flow_event *event)
+static __always_inline void v6n_event_read_packet(struct v6n_ctx *ctx, struct v6n_flow_event *event)
 {
 	const __u32 l3 = sizeof(struct ethhdr);
 	__be16 ethertype;
 
-	if (bpf_skb_load_bytes(skb, offsetof(struct ethhdr, h_proto), &ethertype, 2) < 0)
+	if (v6n_ctx_load_bytes(ctx, offsetof(struct ethhdr, h_proto), &ethertype, 2) < 0)
 		return;
 	if (ethertype == bpf_htons(ETH_P_IPV6)) {
-		if (bpf_skb_load_bytes(skb, l3 + offsetof(struct ipv6hdr, saddr), event->saddr, 16) < 0 ||
-		    bpf_skb_load_bytes(skb, l3 + offsetof(struct ipv6hdr, daddr), event->daddr, 16) < 0 ||
-		    bpf_skb_load_bytes(skb, l3 + offsetof(struct ipv6hdr, nexthdr), &event->protocol, 1) < 0)
+		if (v6n_ctx_load_bytes(ctx, l3 + offsetof(struct ipv6hdr, saddr), event->saddr, 16) < 0 ||
+		    v6n_ctx_load_bytes(ctx, l3 + offsetof(struct ipv6hdr, daddr), event->daddr, 16) < 0 ||
+		    v6n_ctx_load_bytes(ctx, l3 + offsetof(struct ipv6hdr, nexthdr), &event->protocol, 1) < 0)
 			return;
-		v6n_event_read_l4(skb, event, l3 + sizeof(struct ipv6hdr));
+		v6n_event_read_l4(ctx, event, l3 + sizeof(struct ipv6hdr));
 	} else if (ethertype == bpf_htons(ETH_P_IP)) {
 		__u8 version_ihl;
 		__be16 frag_off;
 
-		if (bpf_skb_load_bytes(skb, l3, &version_ihl, 1) < 0 ||
-		    bpf_skb_load_bytes(skb, l3 + offsetof(struct iphdr, frag_off), &frag_off, 2) < 0 ||
-		    bpf_skb_load_bytes(skb, l3 + offsetof(struct iphdr, saddr), &event->saddr[12], 4) < 0 ||
-		    bpf_skb_load_bytes(skb, l3 + offsetof(struct iphdr, daddr), &event->daddr[12], 4) < 0 ||
-		    bpf_skb_load_bytes(skb, l3 + offsetof(struct iphdr, protocol), &event->protocol, 1) < 0)
+		if (v6n_ctx_load_bytes(ctx, l3, &version_ihl, 1) < 0 ||
+		    v6n_ctx_load_bytes(ctx, l3 + offsetof(struct iphdr, frag_off), &frag_off, 2) < 0 ||
+		    v6n_ctx_load_bytes(ctx, l3 + offsetof(struct iphdr, saddr), &event->saddr[12], 4) < 0 ||
+		    v6n_ctx_load_bytes(ctx, l3 + offsetof(struct iphdr, daddr), &event->daddr[12], 4) < 0 ||
+		    v6n_ctx_load_bytes(ctx, l3 + offsetof(struct iphdr, protocol), &event->protocol, 1) < 0)
 			return;
 		event->saddr[10] = event->saddr[11] = event->daddr[10] = event->daddr[11] = 0xff;
 		/* A later fragment has no transport header. */
 		if (!(frag_off & bpf_htons(0x1fff)))
-			v6n_event_read_l4(skb, event, l3 + (version_ihl & 0xf) * 4);
+			v6n_event_read_l4(ctx, event, l3 + (version_ihl & 0xf) * 4);
 	}
 }
 
@@ -228,7 +229,7 @@ static __always_inline void v6n_event_submit(struct v6n_flow_event *event)
 
 /* Sends an event of `kind` for the packet in hand, as v6n_event_reserve
  * allows. */
-static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v6n_event_config *config,
+static __always_inline void v6n_event_send(struct v6n_ctx *ctx, const struct v6n_event_config *config,
 					   const struct v6n_event_note *note, __u8 kind, __u8 direction, __u8 reason,
 					   __u32 policy_id)
 {
@@ -238,11 +239,11 @@ static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v
 		return;
 	event->kind = kind;
 	event->direction = direction;
-	event->ifindex = skb->ifindex;
-	event->len = skb->len;
+	event->ifindex = v6n_ctx_ifindex(ctx);
+	event->len = v6n_ctx_len(ctx);
 	event->policy_id = policy_id;
-	event->cookie = bpf_get_socket_cookie(skb);
-	v6n_event_read_packet(skb, event);
+	event->cookie = v6n_ctx_socket_cookie(ctx);
+	v6n_event_read_packet(ctx, event);
 	if (note->translated) {
 		event->translated = note->translated;
 		event->frontend = note->frontend;
@@ -269,7 +270,7 @@ static __always_inline void v6n_event_send(struct __sk_buff *skb, const struct v
 
 /* The events of the packet the exit records with `reason`: its drop, and
  * each new flow (or audited one) policy noted on its way. */
-static __noinline void v6n_event_exit(struct __sk_buff *skb, struct v6n_event_note *note, __u8 direction, __u8 reason)
+static __noinline void v6n_event_exit(struct v6n_ctx *ctx, struct v6n_event_note *note, __u8 direction, __u8 reason)
 {
 	__u32 zero = 0;
 	struct v6n_event_config *config = bpf_map_lookup_elem(&v6n_event_config, &zero);
@@ -279,24 +280,24 @@ static __noinline void v6n_event_exit(struct __sk_buff *skb, struct v6n_event_no
 			__u32 denied_by = note->what[V6N_POLICY_EGRESS] == V6N_NOTE_DENIED ? note->policy_id[V6N_POLICY_EGRESS] :
 					  note->what[V6N_POLICY_INGRESS] == V6N_NOTE_DENIED ? note->policy_id[V6N_POLICY_INGRESS] :
 											       0;
-			v6n_event_send(skb, config, note, V6N_EVENT_DROP, direction, reason, denied_by);
+			v6n_event_send(ctx, config, note, V6N_EVENT_DROP, direction, reason, denied_by);
 		} else {
 			/* A translation no pod's policy saw (from outside, or
 			 * the node's own) is the packet's one new flow. */
 			if (note->translated && !note->what[V6N_POLICY_EGRESS] && !note->what[V6N_POLICY_INGRESS])
-				v6n_event_send(skb, config, note, V6N_EVENT_FLOW, direction, reason, 0);
+				v6n_event_send(ctx, config, note, V6N_EVENT_FLOW, direction, reason, 0);
 			/* The sender's side first, as the packet went. */
 			if (note->what[V6N_POLICY_EGRESS] == V6N_NOTE_NEW_FLOW)
-				v6n_event_send(skb, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_FROM_POD, reason,
+				v6n_event_send(ctx, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_FROM_POD, reason,
 					       note->policy_id[V6N_POLICY_EGRESS]);
 			else if (note->what[V6N_POLICY_EGRESS] == V6N_NOTE_AUDITED)
-				v6n_event_send(skb, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_FROM_POD,
+				v6n_event_send(ctx, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_FROM_POD,
 					       V6N_REASON_POLICY_AUDIT, note->policy_id[V6N_POLICY_EGRESS]);
 			if (note->what[V6N_POLICY_INGRESS] == V6N_NOTE_NEW_FLOW)
-				v6n_event_send(skb, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_TO_POD, reason,
+				v6n_event_send(ctx, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_TO_POD, reason,
 					       note->policy_id[V6N_POLICY_INGRESS]);
 			else if (note->what[V6N_POLICY_INGRESS] == V6N_NOTE_AUDITED)
-				v6n_event_send(skb, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_TO_POD,
+				v6n_event_send(ctx, config, note, V6N_EVENT_FLOW, V6N_DIRECTION_TO_POD,
 					       V6N_REASON_POLICY_AUDIT, note->policy_id[V6N_POLICY_INGRESS]);
 		}
 	}
@@ -305,14 +306,14 @@ static __noinline void v6n_event_exit(struct __sk_buff *skb, struct v6n_event_no
 }
 
 /* At the exit: the packet's events, if it has any (a drop, or a note). */
-static __always_inline void v6n_event_at_exit(struct __sk_buff *skb, __u8 direction, __u8 reason)
+static __always_inline void v6n_event_at_exit(struct v6n_ctx *ctx, __u8 direction, __u8 reason)
 {
 	__u32 zero = 0;
 	struct v6n_event_note *note = bpf_map_lookup_elem(&v6n_event_notes, &zero);
 
 	if (note && (v6n_reason_is_drop(reason) || note->what[V6N_POLICY_INGRESS] || note->what[V6N_POLICY_EGRESS] ||
 		     note->translated))
-		v6n_event_exit(skb, note, direction, reason);
+		v6n_event_exit(ctx, note, direction, reason);
 }
 
 #endif /* V6NODE_LIB_EVENTS_H */

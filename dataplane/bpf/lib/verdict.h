@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The one exit of every program: where a packet's (or a socket call's) fate
- * is decided for the record. Each program returns through v6n_exit (tc) or
+ * is decided for the record. Each program returns through v6n_exit (tc, XDP) or
  * v6n_exit_socket (cgroup hooks), with the reason for its action; both
  * record through v6n_record, so whatever is to see every verdict is added
  * there once: the counters, and a flow event for every drop (events.h). A program that leaves a packet to the next one in the tcx chain
@@ -15,6 +15,7 @@
 #include <bpf/bpf_helpers.h>
 #include <v6node/abi.h>
 
+#include "ctx.h"
 #include "events.h"
 #include "maps.h"
 
@@ -56,11 +57,12 @@ static __always_inline void v6n_record(__u32 ifindex, __u8 direction, __u8 reaso
 	v6n_count(&v6n_counters, &key, bytes);
 }
 
-/* A tc program's exit: records `reason` for the packet, returns `action`. */
-static __always_inline int v6n_exit(struct __sk_buff *skb, __u8 direction, enum v6n_reason reason, int action)
+/* A packet program's exit (tc, or XDP: ctx.h): records `reason` for the
+ * packet, returns `action`. */
+static __always_inline int v6n_exit(struct v6n_ctx *ctx, __u8 direction, enum v6n_reason reason, int action)
 {
-	v6n_record(skb->ifindex, direction, reason, skb->len);
-	v6n_event_at_exit(skb, direction, reason);
+	v6n_record(v6n_ctx_ifindex(ctx), direction, reason, v6n_ctx_len(ctx));
+	v6n_event_at_exit(ctx, direction, reason);
 	return action;
 }
 
