@@ -263,6 +263,7 @@ impl Direction {
             Direction::V6N_DIRECTION_FROM_POD => "from_pod",
             Direction::V6N_DIRECTION_TO_POD => "to_pod",
             Direction::V6N_DIRECTION_SOCKET => "socket",
+            Direction::V6N_DIRECTION_XDP => "xdp",
         }
     }
 
@@ -275,6 +276,7 @@ impl Direction {
             Direction::V6N_DIRECTION_FROM_POD,
             Direction::V6N_DIRECTION_TO_POD,
             Direction::V6N_DIRECTION_SOCKET,
+            Direction::V6N_DIRECTION_XDP,
         ]
         .into_iter()
         .find(|d| *d as u8 == value)

@@ -21,6 +21,8 @@ pub const HOST_EGRESS: &str = "v6n_to_dev";
 pub const NAT64: &str = "v6n_nat64";
 pub const FROM_POD: &str = "v6n_from_pod";
 pub const TO_POD: &str = "v6n_to_pod";
+/// The uplinks' native XDP program (xdp.bpf.c).
+pub const XDP_FROM_DEV: &str = "v6n_xdp_from_dev";
 /// The kernel's drops (tp_btf on skb:kfree_skb), while flows are on.
 pub const KERNEL_DROP: &str = "v6n_kernel_drop";
 /// The socket hooks, in the order the agent attaches them.
@@ -48,8 +50,11 @@ pub const SOCK_OBJECT: Object = Object { name: "sock", programs: &SOCK_PROGRAMS 
 /// kernel's BTF by flows::kernel_drops, not by `load`).
 pub const TRACE_OBJECT: Object = Object { name: "trace", programs: &[KERNEL_DROP] };
 
+/// The uplinks' native XDP program, ahead of the host object's tc one.
+pub const XDP_OBJECT: Object = Object { name: "xdp", programs: &[XDP_FROM_DEV] };
+
 /// Every entry object, by name.
-pub const OBJECTS: [&Object; 5] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT, &SOCK_OBJECT, &TRACE_OBJECT];
+pub const OBJECTS: [&Object; 6] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT, &SOCK_OBJECT, &TRACE_OBJECT, &XDP_OBJECT];
 
 impl Object {
     /// Developers may point the agent at a freshly built object instead of
@@ -91,6 +96,7 @@ impl Object {
             let result = match ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))? {
                 Program::SchedClassifier(program) => verifier::load_retrying(program),
                 Program::CgroupSockAddr(program) => verifier::load_retrying(program),
+                Program::Xdp(program) => verifier::load_retrying(program),
                 other => anyhow::bail!("{name}: a {:?} program, which the agent does not attach", other.prog_type()),
             };
             result.with_context(|| format!("verifier rejected {name}"))?;

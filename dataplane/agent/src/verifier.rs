@@ -3,7 +3,7 @@
 //! by path (`tests/common/mod.rs`): the agent is a binary, with no library
 //! for them to link.
 
-use aya::programs::{CgroupSockAddr, ProgramError, SchedClassifier};
+use aya::programs::{CgroupSockAddr, ProgramError, SchedClassifier, Xdp};
 
 /// The programs the agent loads, all loaded the same way.
 pub trait Loadable {
@@ -17,6 +17,12 @@ impl Loadable for SchedClassifier {
 }
 
 impl Loadable for CgroupSockAddr {
+    fn load_once(&mut self) -> Result<(), ProgramError> {
+        self.load()
+    }
+}
+
+impl Loadable for Xdp {
     fn load_once(&mut self) -> Result<(), ProgramError> {
         self.load()
     }

@@ -152,7 +152,7 @@ pub fn flow(event: &FlowEvent, clock: &Clock, names: &Names, node: &str, mut dev
     let (traffic_direction, observation) = match direction {
         Some(Direction::V6N_DIRECTION_FROM_POD) => (TrafficDirection::Egress, TraceObservationPoint::FromEndpoint),
         Some(Direction::V6N_DIRECTION_TO_POD) => (TrafficDirection::Ingress, TraceObservationPoint::ToEndpoint),
-        Some(Direction::V6N_DIRECTION_INGRESS | Direction::V6N_DIRECTION_XLAT_4TO6) => {
+        Some(Direction::V6N_DIRECTION_INGRESS | Direction::V6N_DIRECTION_XLAT_4TO6 | Direction::V6N_DIRECTION_XDP) => {
             (TrafficDirection::Ingress, TraceObservationPoint::FromNetwork)
         }
         Some(Direction::V6N_DIRECTION_EGRESS | Direction::V6N_DIRECTION_XLAT_6TO4) => {

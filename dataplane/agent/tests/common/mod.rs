@@ -71,6 +71,7 @@ pub fn load_object(object: &[u8], programs: &[&str], test: &str) -> (Ebpf, PinDi
         let result = match ebpf.program_mut(name).unwrap_or_else(|| panic!("no program {name}")) {
             Program::SchedClassifier(program) => verifier::load_retrying(program),
             Program::CgroupSockAddr(program) => verifier::load_retrying(program),
+            Program::Xdp(program) => verifier::load_retrying(program),
             other => panic!("{name}: unexpected program type {:?}", other.prog_type()),
         };
         result.unwrap_or_else(|e| panic!("verifier rejected {name}: {e:#?}"));

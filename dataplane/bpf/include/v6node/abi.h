@@ -67,6 +67,7 @@ enum v6n_direction {
 	V6N_DIRECTION_FROM_POD = 4,  /* sent by a pod (counted on its host-side device) */
 	V6N_DIRECTION_TO_POD = 5,    /* on its way into a pod through the host-side device */
 	V6N_DIRECTION_SOCKET = 6,    /* a cgroup socket hook (connect, sendmsg, ...) */
+	V6N_DIRECTION_XDP = 7,       /* an uplink's driver, before the kernel has a packet (xdp.bpf.c) */
 };
 
 /* v6n_counters: per-CPU hash, one slot per device, direction and reason. */

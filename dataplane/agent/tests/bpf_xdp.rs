@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The uplinks' XDP program (bpf/xdp.bpf.c) run by the kernel through
+//! BPF_PROG_TEST_RUN, as frames arriving on the test namespace's loopback:
+//! what it drops it counts and reports as tc's program does the same
+//! packet, under the XDP direction; everything else passes unchanged and
+//! unrecorded, for tc to decide. Needs root and a bpffs at /sys/fs/bpf.
+
+mod common;
+
+use std::net::Ipv6Addr;
+
+use aya::{
+    maps::{lpm_trie::Key, LpmTrie, MapData},
+    programs::{SchedClassifier, TestRun, TestRunOptions, Xdp},
+    Ebpf,
+};
+use common::{
+    counted_with_bytes, counter_slots, enter_netns,
+    events::{events, kind, set_events},
+    load_object, PinDir, TC_ACT_SHOT,
+};
+use etherparse::PacketBuilder;
+use v6node_abi::{maps, DenyValue, Direction, EventKind, Reason};
+
+static XDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
+static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+
+const NODE: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x6e, 0, 0, 0, 0, 0, 2);
+const DENIED_NET: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xbad, 0, 0, 0, 0, 0, 0);
+const DENIED: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xbad, 0, 0, 0, 0, 0, 7);
+const ALLOWED: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xbae, 0, 0, 0, 0, 0, 7);
+
+struct Loaded {
+    ebpf: Ebpf,
+    _pins: PinDir,
+}
+
+impl Loaded {
+    fn xdp(test: &str) -> Loaded {
+        let (ebpf, _pins) = load_object(XDP_OBJECT, &["v6n_xdp_from_dev"], test);
+        Loaded { ebpf, _pins }
+    }
+
+    fn host(test: &str) -> Loaded {
+        let (ebpf, _pins) = load_object(HOST_OBJECT, &["v6n_from_dev"], test);
+        Loaded { ebpf, _pins }
+    }
+
+    fn deny(&mut self, net: Ipv6Addr, prefix_len: u32) {
+        let mut trie: LpmTrie<&mut MapData, [u8; 16], DenyValue> =
+            LpmTrie::try_from(self.ebpf.map_mut(maps::DENY_SRC).unwrap()).unwrap();
+        trie.insert(&Key::new(prefix_len, net.octets()), DenyValue { rule: 0 }, 0).unwrap();
+    }
+
+    /// The XDP program on `frame`, arriving on loopback's first queue:
+    /// its verdict and the frame as it left.
+    fn run_xdp(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        let program: &Xdp = self.ebpf.program("v6n_xdp_from_dev").unwrap().try_into().unwrap();
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&1u32.to_ne_bytes());
+        let mut out = vec![0u8; 4096];
+        let options =
+            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ctx_in: Some(&ctx), ..TestRunOptions::new() };
+        let result = program.test_run(options).expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
+    }
+
+    fn run_tc(&self, frame: &[u8]) -> u32 {
+        let program: &SchedClassifier = self.ebpf.program("v6n_from_dev").unwrap().try_into().unwrap();
+        program
+            .test_run(TestRunOptions { data_in: Some(frame), ..TestRunOptions::new() })
+            .expect("BPF_PROG_TEST_RUN")
+            .return_value
+    }
+}
+
+fn udp6(source: Ipv6Addr, destination: Ipv6Addr) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv6(source.octets(), destination.octets(), 64)
+        .udp(40000, 53);
+    let payload = b"v6node";
+    let mut packet = Vec::with_capacity(builder.size(payload.len()));
+    builder.write(&mut packet, payload).unwrap();
+    packet
+}
+
+#[test]
+fn a_denied_source_is_dropped_in_the_driver_counted_and_reported_as_tc_would() {
+    enter_netns();
+    let mut xdp = Loaded::xdp("deny");
+    xdp.deny(DENIED_NET, 32);
+    set_events(&mut xdp.ebpf, true, 1000, 1000);
+    let frame = udp6(DENIED, NODE);
+    assert_eq!(xdp.run_xdp(&frame).0, XDP_DROP);
+    assert_eq!(
+        counted_with_bytes(&xdp.ebpf, Direction::V6N_DIRECTION_XDP, Reason::V6N_REASON_DROP_DENIED_SOURCE),
+        (1, frame.len() as u64)
+    );
+    let events = events(&mut xdp.ebpf);
+    assert_eq!(events.len(), 1, "one drop, one event");
+    let event = &events[0];
+    assert_eq!(kind(event), EventKind::V6N_EVENT_DROP);
+    assert_eq!(
+        (event.reason, event.direction),
+        (Reason::V6N_REASON_DROP_DENIED_SOURCE as u8, Direction::V6N_DIRECTION_XDP as u8)
+    );
+    assert_eq!((Ipv6Addr::from(event.saddr), Ipv6Addr::from(event.daddr)), (DENIED, NODE));
+    assert_eq!((u16::from_be(event.sport), u16::from_be(event.dport), event.protocol), (40000, 53, 17));
+    assert_eq!((event.ifindex, event.len), (1, frame.len() as u32));
+
+    // tc's program drops the same frame for the same reason.
+    let mut host = Loaded::host("deny-tc");
+    host.deny(DENIED_NET, 32);
+    assert_eq!(host.run_tc(&frame), TC_ACT_SHOT);
+    assert_eq!(counted_with_bytes(&host.ebpf, Direction::V6N_DIRECTION_INGRESS, Reason::V6N_REASON_DROP_DENIED_SOURCE).0, 1);
+}
+
+#[test]
+fn everything_else_passes_unchanged_and_unrecorded_for_tc_to_decide() {
+    enter_netns();
+    let mut xdp = Loaded::xdp("pass");
+    xdp.deny(DENIED_NET, 32);
+    set_events(&mut xdp.ebpf, true, 1000, 1000);
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    arp.extend_from_slice(&[0; 28]);
+    // The IPv6 ethertype with another version: malformed, which tc drops and
+    // counts as such; XDP leaves the verdict to it.
+    let mut not_v6 = udp6(DENIED, NODE);
+    not_v6[14] = (4 << 4) | (not_v6[14] & 0x0f);
+    for (what, frame) in [("an allowed source", udp6(ALLOWED, NODE)), ("ARP", arp), ("IPv6 ethertype, version 4", not_v6)] {
+        let (verdict, out) = xdp.run_xdp(&frame);
+        assert_eq!(verdict, XDP_PASS, "{what}");
+        assert_eq!(out, frame, "{what} left unchanged");
+    }
+    assert!(counter_slots(&xdp.ebpf).is_empty(), "nothing recorded: {:?}", counter_slots(&xdp.ebpf));
+    assert!(events(&mut xdp.ebpf).is_empty());
+}

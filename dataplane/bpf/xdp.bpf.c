@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Entry object for the node's uplinks in native XDP: what arrives is
+ * decided here, in the driver, before the kernel allocates a packet for it,
+ * where that needs no socket. Today that is the deny list (v6n_deny_src):
+ * a denied source's frames are dropped and counted under
+ * V6N_DIRECTION_XDP, with the flow event every drop has. Everything else
+ * passes, unrecorded, to tc's v6n_from_dev and the stack, which record it.
+ *
+ * Frames may come in several buffers (xdp.frags: the device keeps its MTU
+ * and, on veth, its peer's GSO); only the first is read. A frame whose
+ * headers do not fit in it passes: tc can pull them, XDP cannot.
+ */
+#define V6N_CTX_XDP
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/maps.h"
+#include "lib/verdict.h"
+
+SEC("xdp.frags")
+int v6n_xdp_from_dev(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+	if ((void *)(ip6 + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6) || ip6->version != 6)
+		return XDP_PASS;
+
+	struct v6n_lpm6_key key = { .prefixlen = 128 };
+
+	__builtin_memcpy(key.addr, &ip6->saddr, sizeof(key.addr));
+	if (bpf_map_lookup_elem(&v6n_deny_src, &key))
+		return v6n_exit(ctx, V6N_DIRECTION_XDP, V6N_REASON_DROP_DENIED_SOURCE, XDP_DROP);
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
