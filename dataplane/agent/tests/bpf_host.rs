@@ -13,8 +13,7 @@ use aya::{
     programs::{SchedClassifier, TestRun, TestRunOptions},
     Ebpf,
 };
-use common::{counted_with_bytes, load_object, PinDir, TC_ACT_SHOT, TC_ACT_UNSPEC};
-use etherparse::PacketBuilder;
+use common::{counted_with_bytes, load_object, packet::udp6, PinDir, TC_ACT_SHOT, TC_ACT_UNSPEC};
 use v6node_abi::{maps, DenyValue, Direction, Reason};
 
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
@@ -49,16 +48,6 @@ impl Host {
             LpmTrie::try_from(self.ebpf.map_mut(maps::DENY_SRC).unwrap()).unwrap();
         trie.insert(&Key::new(prefix_len, net.octets()), DenyValue { rule: 0 }, 0).unwrap();
     }
-}
-
-fn udp6(source: Ipv6Addr, destination: Ipv6Addr) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv6(source.octets(), destination.octets(), 64)
-        .udp(40000, 53);
-    let payload = b"v6node";
-    let mut packet = Vec::with_capacity(builder.size(payload.len()));
-    builder.write(&mut packet, payload).unwrap();
-    packet
 }
 
 const NODE: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x6e, 0, 0, 0, 0, 0, 2);

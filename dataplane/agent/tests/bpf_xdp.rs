@@ -17,9 +17,10 @@ use aya::{
 use common::{
     counted_with_bytes, counter_slots, enter_netns,
     events::{events, kind, set_events},
-    load_object, PinDir, TC_ACT_SHOT,
+    load_object,
+    packet::udp6,
+    PinDir, TC_ACT_SHOT,
 };
-use etherparse::PacketBuilder;
 use v6node_abi::{maps, DenyValue, Direction, EventKind, Reason};
 
 static XDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
@@ -78,16 +79,6 @@ impl Loaded {
             .expect("BPF_PROG_TEST_RUN")
             .return_value
     }
-}
-
-fn udp6(source: Ipv6Addr, destination: Ipv6Addr) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv6(source.octets(), destination.octets(), 64)
-        .udp(40000, 53);
-    let payload = b"v6node";
-    let mut packet = Vec::with_capacity(builder.size(payload.len()));
-    builder.write(&mut packet, payload).unwrap();
-    packet
 }
 
 #[test]

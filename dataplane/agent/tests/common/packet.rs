@@ -198,3 +198,15 @@ pub fn assert_well_formed(frame: &[u8]) {
         other => panic!("ethertype {other:02x?} is neither IPv4 nor IPv6"),
     }
 }
+
+/// A well-formed UDP datagram (40000 -> 53, "v6node") from `source` to
+/// `destination` in an Ethernet frame, built by etherparse.
+pub fn udp6(source: Ipv6Addr, destination: Ipv6Addr) -> Vec<u8> {
+    let builder = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv6(source.octets(), destination.octets(), 64)
+        .udp(40000, 53);
+    let payload = b"v6node";
+    let mut packet = Vec::with_capacity(builder.size(payload.len()));
+    builder.write(&mut packet, payload).unwrap();
+    packet
+}
