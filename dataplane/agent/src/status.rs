@@ -646,7 +646,7 @@ fn bandwidth_section(out: &mut String, status: &Status) {
         if b.pod_slow_start_after_idle { "on" } else { "off" },
         match b.pod_tso_rtt_log {
             0 => "by rate".to_string(),
-            9 => "by rate and round trip (the kernel's default)".to_string(),
+            v6node_config::BANDWIDTH_POD_TSO_RTT_LOG_DEFAULT => "by rate and round trip (the kernel's default)".to_string(),
             log => format!("by rate and round trip (tcp_tso_rtt_log {log})"),
         }
     );

@@ -46,7 +46,7 @@ pub use device::DevicePattern;
 pub use error::ConfigError;
 pub use ports::PortRange;
 pub use sections::attach::{Attach, AttachMode};
-pub use sections::bandwidth::{Bandwidth, BandwidthMode, BANDWIDTH_HORIZON_MS_DEFAULT};
+pub use sections::bandwidth::{Bandwidth, BandwidthMode, BANDWIDTH_HORIZON_MS_DEFAULT, BANDWIDTH_POD_TSO_RTT_LOG_DEFAULT};
 pub use sections::bigtcp::{BigTcp, BIGTCP_DEFAULT, BIGTCP_MAX, BIGTCP_MIN};
 pub use sections::filter::Filter;
 pub use sections::flows::{Flows, FLOWS_KEPT_DEFAULT, FLOWS_KEPT_MAX, FLOW_EVENTS_BURST_DEFAULT, FLOW_EVENTS_PER_SECOND_DEFAULT};
