@@ -9,12 +9,15 @@ mod common;
 use std::net::Ipv6Addr;
 
 use aya::{
-    maps::{lpm_trie::Key, LpmTrie, MapData},
     programs::{SchedClassifier, TestRun, TestRunOptions},
     Ebpf,
 };
-use common::{counted_with_bytes, load_object, packet::udp6, PinDir, TC_ACT_SHOT, TC_ACT_UNSPEC};
-use v6node_abi::{maps, DenyValue, Direction, Reason};
+use common::{
+    counted_with_bytes, deny_source, load_object,
+    packet::{arp, udp6},
+    PinDir, TC_ACT_SHOT, TC_ACT_UNSPEC,
+};
+use v6node_abi::{Direction, Reason};
 
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
 
@@ -44,9 +47,7 @@ impl Host {
     }
 
     fn deny(&mut self, net: Ipv6Addr, prefix_len: u32) {
-        let mut trie: LpmTrie<&mut MapData, [u8; 16], DenyValue> =
-            LpmTrie::try_from(self.ebpf.map_mut(maps::DENY_SRC).unwrap()).unwrap();
-        trie.insert(&Key::new(prefix_len, net.octets()), DenyValue { rule: 0 }, 0).unwrap();
+        deny_source(&mut self.ebpf, net, prefix_len);
     }
 }
 
@@ -98,9 +99,7 @@ fn denied_source_prefix_is_dropped_at_ingress_only() {
 #[test]
 fn frames_other_than_ipv6_pass_untouched() {
     let host = Host::load("other");
-    let mut arp = vec![0xff; 6];
-    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
-    arp.extend_from_slice(&[0; 28]);
+    let arp = arp();
     assert_eq!(host.run("v6n_from_dev", &arp), TC_ACT_UNSPEC);
     assert_eq!(host.counted(Direction::V6N_DIRECTION_INGRESS, Reason::V6N_REASON_PASS).0, 1);
     assert_eq!(host.counted(Direction::V6N_DIRECTION_INGRESS, Reason::V6N_REASON_DROP_MALFORMED).0, 0);

@@ -233,9 +233,7 @@ fn traffic_outside_the_mapping_passes_untouched_and_uncounted() {
         ),
     );
     let other4 = ethernet(ETH_IPV4, &ipv4(V4_HOST, Ipv4Addr::new(192, 0, 2, 99), 64, 17, 0, &udp(1, 2, b"x"), Some(6)));
-    let mut arp = vec![0xff; 6];
-    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
-    arp.extend_from_slice(&[0; 28]);
+    let arp = common::packet::arp();
     for (what, packet, ifindex) in
         [("IPv6", &other6, net.v6), ("NDP", &ns, net.v6), ("IPv4", &other4, net.v4), ("ARP", &arp, net.v4)]
     {

@@ -10,18 +10,17 @@ mod common;
 use std::net::Ipv6Addr;
 
 use aya::{
-    maps::{lpm_trie::Key, LpmTrie, MapData},
     programs::{SchedClassifier, TestRun, TestRunOptions, Xdp},
     Ebpf,
 };
 use common::{
-    counted_with_bytes, counter_slots, enter_netns,
+    counted_with_bytes, counter_slots, deny_source, enter_netns,
     events::{events, kind, set_events},
     load_object,
-    packet::udp6,
+    packet::{arp, udp6},
     PinDir, TC_ACT_SHOT,
 };
-use v6node_abi::{maps, DenyValue, Direction, EventKind, Reason};
+use v6node_abi::{Direction, EventKind, Reason};
 
 static XDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
@@ -40,20 +39,19 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn xdp(test: &str) -> Loaded {
-        let (ebpf, _pins) = load_object(XDP_OBJECT, &["v6n_xdp_from_dev"], test);
+    /// The XDP object in a namespace of the test's own, DENIED_NET on its
+    /// deny list, flow events on.
+    fn xdp_denying(test: &str) -> Loaded {
+        enter_netns();
+        let (mut ebpf, _pins) = load_object(XDP_OBJECT, &["v6n_xdp_from_dev"], test);
+        deny_source(&mut ebpf, DENIED_NET, 32);
+        set_events(&mut ebpf, true, 1000, 1000);
         Loaded { ebpf, _pins }
     }
 
     fn host(test: &str) -> Loaded {
         let (ebpf, _pins) = load_object(HOST_OBJECT, &["v6n_from_dev"], test);
         Loaded { ebpf, _pins }
-    }
-
-    fn deny(&mut self, net: Ipv6Addr, prefix_len: u32) {
-        let mut trie: LpmTrie<&mut MapData, [u8; 16], DenyValue> =
-            LpmTrie::try_from(self.ebpf.map_mut(maps::DENY_SRC).unwrap()).unwrap();
-        trie.insert(&Key::new(prefix_len, net.octets()), DenyValue { rule: 0 }, 0).unwrap();
     }
 
     /// The XDP program on `frame`, arriving on loopback's first queue:
@@ -83,10 +81,7 @@ impl Loaded {
 
 #[test]
 fn a_denied_source_is_dropped_in_the_driver_counted_and_reported_as_tc_would() {
-    enter_netns();
-    let mut xdp = Loaded::xdp("deny");
-    xdp.deny(DENIED_NET, 32);
-    set_events(&mut xdp.ebpf, true, 1000, 1000);
+    let mut xdp = Loaded::xdp_denying("deny");
     let frame = udp6(DENIED, NODE);
     assert_eq!(xdp.run_xdp(&frame).0, XDP_DROP);
     assert_eq!(
@@ -107,25 +102,19 @@ fn a_denied_source_is_dropped_in_the_driver_counted_and_reported_as_tc_would() {
 
     // tc's program drops the same frame for the same reason.
     let mut host = Loaded::host("deny-tc");
-    host.deny(DENIED_NET, 32);
+    deny_source(&mut host.ebpf, DENIED_NET, 32);
     assert_eq!(host.run_tc(&frame), TC_ACT_SHOT);
     assert_eq!(counted_with_bytes(&host.ebpf, Direction::V6N_DIRECTION_INGRESS, Reason::V6N_REASON_DROP_DENIED_SOURCE).0, 1);
 }
 
 #[test]
 fn everything_else_passes_unchanged_and_unrecorded_for_tc_to_decide() {
-    enter_netns();
-    let mut xdp = Loaded::xdp("pass");
-    xdp.deny(DENIED_NET, 32);
-    set_events(&mut xdp.ebpf, true, 1000, 1000);
-    let mut arp = vec![0xff; 6];
-    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
-    arp.extend_from_slice(&[0; 28]);
+    let mut xdp = Loaded::xdp_denying("pass");
     // The IPv6 ethertype with another version: malformed, which tc drops and
     // counts as such; XDP leaves the verdict to it.
     let mut not_v6 = udp6(DENIED, NODE);
     not_v6[14] = (4 << 4) | (not_v6[14] & 0x0f);
-    for (what, frame) in [("an allowed source", udp6(ALLOWED, NODE)), ("ARP", arp), ("IPv6 ethertype, version 4", not_v6)] {
+    for (what, frame) in [("an allowed source", udp6(ALLOWED, NODE)), ("ARP", arp()), ("IPv6 ethertype, version 4", not_v6)] {
         let (verdict, out) = xdp.run_xdp(&frame);
         assert_eq!(verdict, XDP_PASS, "{what}");
         assert_eq!(out, frame, "{what} left unchanged");

@@ -179,3 +179,10 @@ pub fn ifindex(name: &str) -> u32 {
     assert_ne!(index, 0, "no device {name:?}");
     index
 }
+
+/// Puts `net/prefix_len` on the deny list (v6n_deny_src) of `ebpf`'s object.
+pub fn deny_source(ebpf: &mut Ebpf, net: std::net::Ipv6Addr, prefix_len: u32) {
+    let mut trie: aya::maps::LpmTrie<&mut MapData, [u8; 16], v6node_abi::DenyValue> =
+        aya::maps::LpmTrie::try_from(ebpf.map_mut(maps::DENY_SRC).unwrap()).unwrap();
+    trie.insert(&aya::maps::lpm_trie::Key::new(prefix_len, net.octets()), v6node_abi::DenyValue { rule: 0 }, 0).unwrap();
+}

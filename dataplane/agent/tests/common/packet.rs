@@ -210,3 +210,11 @@ pub fn udp6(source: Ipv6Addr, destination: Ipv6Addr) -> Vec<u8> {
     builder.write(&mut packet, payload).unwrap();
     packet
 }
+
+/// A broadcast ARP frame with a zeroed body: a frame that is not IP.
+pub fn arp() -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    frame.extend_from_slice(&[0; 28]);
+    frame
+}
