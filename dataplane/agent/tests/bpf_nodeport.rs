@@ -281,8 +281,23 @@ fn a_packet_for_a_socket_of_the_nodes_own_is_not_taken_for_a_new_connection() {
     assert_eq!((run.verdict, run.packet), (TC_ACT_UNSPEC, packet), "left to the node's socket");
     assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED), 0);
     drop(socket);
+    wait_until_no_udp_socket_has_port(NODE_PORT);
     let run = node.arrived_on_uplink(&segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false));
     assert_eq!(tuple(&run.packet).2, POD_A, "without the socket, a new connection");
+}
+
+/// Closing a socket frees it only once no process holds it: another test's
+/// `ip`, forked at that moment, holds it until it runs `exec`.
+fn wait_until_no_udp_socket_has_port(port: u16) {
+    let local_port = format!(":{port:04X} ");
+    for _ in 0..500 {
+        let table = std::fs::read_to_string("/proc/thread-self/net/udp6").expect("reading this netns's UDP sockets");
+        if !table.lines().skip(1).any(|line| line.split_whitespace().nth(1).is_some_and(|local| format!("{local} ").ends_with(&local_port))) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("a UDP socket on port {port} still open after 5 s");
 }
 
 /// A BIG TCP segment over 64 KiB as it leaves a pod's stack: payload length
