@@ -57,21 +57,15 @@ struct v6n_flow {
 
 /*
  * Reads the flow of an IPv6 packet whose transport header (TCP, UDP, SCTP)
- * follows the IPv6 header directly, or a BIG TCP packet's jumbo option.
- * Returns 0, or -1 for anything else (other protocols, other extension
- * headers, a transport header cut short): left untracked.
+ * follows the IPv6 header directly, or a BIG TCP packet's jumbo option,
+ * from the frame's bytes in [data, data_end): a socket buffer's linear part
+ * or an XDP frame's first buffer. Returns 0, or -1 for anything else (other
+ * protocols, other extension headers, a transport header cut short): left
+ * untracked.
  */
-static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *flow)
+static __always_inline int v6n_flow_parse(void *data, void *data_end, struct v6n_flow *flow)
 {
 	__u32 l4 = V6N_L4_OFFSET;
-	__u32 need = V6N_L4_OFFSET + V6N_JUMBO_HBH_LEN + sizeof(struct tcphdr);
-
-	/* Headers may sit in paged fragments: pull what the packet has of them. */
-	if ((void *)(long)skb->data + need > (void *)(long)skb->data_end &&
-	    bpf_skb_pull_data(skb, need < skb->len ? need : skb->len) < 0)
-		return -1;
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + V6N_L3_OFFSET;
 
 	if ((void *)(ip6 + 1) > data_end)
@@ -118,6 +112,18 @@ static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *f
 	flow->key.proto = proto;
 	flow->l4_offset = l4;
 	return 0;
+}
+
+/* v6n_flow_parse of a socket buffer, its headers pulled into the linear
+ * part first: they may sit in paged fragments. */
+static __always_inline int v6n_flow_of(struct __sk_buff *skb, struct v6n_flow *flow)
+{
+	__u32 need = V6N_L4_OFFSET + V6N_JUMBO_HBH_LEN + sizeof(struct tcphdr);
+
+	if ((void *)(long)skb->data + need > (void *)(long)skb->data_end &&
+	    bpf_skb_pull_data(skb, need < skb->len ? need : skb->len) < 0)
+		return -1;
+	return v6n_flow_parse((void *)(long)skb->data, (void *)(long)skb->data_end, flow);
 }
 
 /* How long an entry with `flags` (V6N_CT_*) outlives its last packet: the

@@ -27,13 +27,6 @@
  * (-1), whose bits include V6N_ACT_DROPPED's. */
 #define V6N_ACT_IS_DROPPED(action) (((action) & ~0xff) == V6N_ACT_DROPPED)
 
-static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
-{
-	struct v6n_endpoint_key key;
-
-	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
-	return bpf_map_lookup_elem(&v6n_endpoints, &key);
-}
 
 /*
  * Hands the packet to the pod behind `ep` if the pod's ingress policy lets it

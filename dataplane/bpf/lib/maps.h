@@ -8,6 +8,7 @@
 #define V6NODE_LIB_MAPS_H
 
 #include <linux/bpf.h>
+#include <linux/in6.h>
 #include <bpf/bpf_helpers.h>
 #include <v6node/abi.h>
 
@@ -39,6 +40,15 @@ struct {
 	__type(value, struct v6n_endpoint_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_endpoints SEC(".maps");
+
+/* The pod on this node with address `addr`, or NULL. */
+static __always_inline struct v6n_endpoint_value *v6n_endpoint(const struct in6_addr *addr)
+{
+	struct v6n_endpoint_key key;
+
+	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
+	return bpf_map_lookup_elem(&v6n_endpoints, &key);
+}
 
 /* Rate-limited pods by their host-side ifindex (lib/bandwidth.h). */
 struct {

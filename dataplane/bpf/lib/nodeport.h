@@ -44,52 +44,7 @@
 #include "endpoint.h"
 #include "fib.h"
 #include "lb.h"
-#include "maglev.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, V6N_MAGLEV_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u32);
-	__type(value, struct v6n_maglev_table);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} v6n_maglev SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct v6n_lb_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} v6n_lb_cfg SEC(".maps");
-
-/* Masquerade ports are tried at random from here up; the client's own port
- * is tried first. */
-#define V6N_MASQ_PORT_MIN 1024
-#define V6N_MASQ_PORT_TRIES 8
-
-/* Claims a source port on the masquerade address for the connection that
- * leaves as `out`: its reply entry goes in only while nobody holds it. */
-static __always_inline int v6n_masquerade_port(struct v6n_ct_value *out, const struct v6n_ct_value *reply, __u8 proto)
-{
-	struct v6n_ct_key key = {};
-
-	for (int i = 0; i < V6N_MASQ_PORT_TRIES; i++) {
-		if (i > 0)
-			out->sport = bpf_htons(V6N_MASQ_PORT_MIN + bpf_get_prandom_u32() % (65536 - V6N_MASQ_PORT_MIN));
-		v6n_ct_reply_key(&key, out, proto);
-		if (bpf_map_update_elem(&v6n_ct, &key, reply, BPF_NOEXIST) == 0)
-			return 0;
-		/* Taken: by a connection still alive, or one whose lifetime is over. */
-		struct v6n_ct_value *holder = bpf_map_lookup_elem(&v6n_ct, &key);
-		__u64 now = reply->last_seen_ns;
-		if (holder && v6n_ct_service_expired(holder, proto, now)) {
-			if (bpf_map_update_elem(&v6n_ct, &key, reply, BPF_ANY) == 0)
-				return 0;
-		}
-	}
-	return -1;
-}
+#include "nodeport_state.h"
 
 /* Rewrites a packet of a Service connection (TCP, UDP, SCTP) to leave as `out`. */
 static __always_inline int v6n_service_rewrite(struct __sk_buff *skb, const struct v6n_flow *flow,
@@ -118,52 +73,6 @@ static __always_inline int v6n_nodeport_deliver(struct __sk_buff *skb, int at_in
 		return v6n_to_endpoint(skb, ip6, pod, at_ingress);
 
 	return v6n_route6(skb, ip6);
-}
-
-/* BPF has no memcmp. */
-static __always_inline int v6n_same_addr(const __u8 a[16], const __u8 b[16])
-{
-	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
-
-	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
-}
-
-/* Whether `addr` is this node's own (the FIB delivers it locally). */
-static __always_inline int v6n_is_local(struct __sk_buff *skb, const __u8 addr[16])
-{
-	struct bpf_fib_lookup fib = { .family = AF_INET6, .ifindex = skb->ifindex };
-
-	__builtin_memcpy(fib.ipv6_dst, addr, 16);
-	return bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) == BPF_FIB_LKUP_RET_NOT_FWDED;
-}
-
-/*
- * Whether a packet without an entry belongs to a socket of this node's own:
- * a reply to a connection the node opened from a port that is also a
- * hostPort's, say. A TCP SYN opens a connection, so it never does.
- */
-static __always_inline int v6n_own_socket(struct __sk_buff *skb, const struct v6n_flow *flow)
-{
-	struct bpf_sock_tuple tuple = {};
-	struct bpf_sock *sk;
-
-	if (flow->key.proto == IPPROTO_TCP && (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN)
-		return 0;
-	/* BPF has no lookup of SCTP sockets. */
-	if (flow->key.proto == IPPROTO_SCTP)
-		return 0;
-	__builtin_memcpy(tuple.ipv6.saddr, flow->key.saddr, 16);
-	__builtin_memcpy(tuple.ipv6.daddr, flow->key.daddr, 16);
-	tuple.ipv6.sport = flow->key.sport;
-	tuple.ipv6.dport = flow->key.dport;
-	if (flow->key.proto == IPPROTO_TCP)
-		sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
-	else
-		sk = bpf_sk_lookup_udp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return 0;
-	bpf_sk_release(sk);
-	return 1;
 }
 
 /* ICMPv6 error types (RFC 4443): 1 Destination Unreachable, 2 Packet Too
@@ -379,76 +288,6 @@ static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 }
 
 /*
- * A new connection from outside to a frontend reached from outside: picks
- * its backend, records both directions, fills `out` with what the packet
- * leaves as. Returns V6N_REASON_LB_TRANSLATED; V6N_REASON_PASS when the
- * packet is for no such frontend; V6N_REASON_DROP_NO_BACKEND when it has
- * no backend (the stack answers: a TCP reset, an ICMPv6 port unreachable).
- */
-static __always_inline enum v6n_reason v6n_nodeport_new(struct __sk_buff *skb, const struct v6n_flow *flow,
-							 struct v6n_ct_value *out, __u64 now)
-{
-	struct v6n_service_key key = { .port = flow->key.dport, .proto = flow->key.proto };
-
-	__builtin_memcpy(key.addr, flow->key.daddr, 16);
-	struct v6n_service_value *svc = v6n_lb_frontend(&key);
-	if (!svc || !(svc->flags & V6N_SERVICE_EXTERNAL) || v6n_own_socket(skb, flow))
-		return V6N_REASON_PASS;
-	__u32 frontend = svc->id;
-	struct v6n_maglev_table *table = bpf_map_lookup_elem(&v6n_maglev, &frontend);
-	struct v6n_l4_addr *backend = NULL;
-	__u32 backend_id = 0;
-	if (table && svc->count > 0) {
-		backend_id = v6n_maglev_pick(table, &flow->key, svc->flags & V6N_SERVICE_AFFINITY);
-		backend = bpf_map_lookup_elem(&v6n_backends, &backend_id);
-	}
-	v6n_lb_account(frontend, backend != NULL);
-	if (!backend)
-		return V6N_REASON_DROP_NO_BACKEND;
-
-	__builtin_memcpy(out->saddr, flow->key.saddr, 16);
-	__builtin_memcpy(out->daddr, backend->addr, 16);
-	out->sport = flow->key.sport;
-	out->dport = backend->port;
-	out->backend_id = backend_id;
-	out->frontend_id = frontend;
-	out->last_seen_ns = now;
-	out->flags = 0;
-
-	struct v6n_ct_value reply = {
-		.sport = flow->key.dport,
-		.dport = flow->key.sport,
-		.frontend_id = frontend,
-		.last_seen_ns = now,
-		.flags = V6N_CT_REPLY,
-	};
-	__builtin_memcpy(reply.saddr, flow->key.daddr, 16);
-	__builtin_memcpy(reply.daddr, flow->key.saddr, 16);
-
-	struct v6n_ct_key reply_key = {};
-	if (v6n_endpoint((const struct in6_addr *)backend->addr) || v6n_is_local(skb, backend->addr)) {
-		v6n_ct_reply_key(&reply_key, out, flow->key.proto);
-		bpf_map_update_elem(&v6n_ct, &reply_key, &reply, BPF_ANY);
-	} else {
-		__u32 zero = 0;
-		struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
-		if (!cfg)
-			return V6N_REASON_DROP_NAT_PORTS;
-		if (cfg->flags & V6N_LB_DSR) {
-			/* The backend's node answers the client: no reply comes here. */
-			out->flags = V6N_CT_DSR;
-		} else {
-			__builtin_memcpy(out->saddr, cfg->masquerade_addr, 16);
-			if (v6n_masquerade_port(out, &reply, flow->key.proto) < 0)
-				return V6N_REASON_DROP_NAT_PORTS;
-		}
-	}
-	bpf_map_update_elem(&v6n_ct, &flow->key, out, BPF_ANY);
-	v6n_event_note_xlat(V6N_EVENT_SERVICE, frontend, flow->key.saddr, flow->key.sport, flow->key.daddr, flow->key.dport);
-	return V6N_REASON_LB_TRANSLATED;
-}
-
-/*
  * The uplink's part (tc ingress): a packet of a tracked connection, or the
  * first of a new one to a frontend reached from outside, is rewritten and
  * handed on. Returns V6N_REASON_PASS with *action untouched for any other
@@ -488,9 +327,13 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 		v6n_ct_touch(entry, &flow, now);
 		__builtin_memcpy(&out, entry, sizeof(out));
 	} else {
-		reason = v6n_nodeport_new(skb, &flow, &out, now);
-		if (reason == V6N_REASON_PASS)
-			return reason;
+		struct v6n_nodeport_pick pick;
+
+		if (v6n_nodeport_pick(skb, &flow, &pick) < 0)
+			return V6N_REASON_PASS;
+		int remote = pick.backend && !v6n_endpoint((const struct in6_addr *)pick.backend->addr) &&
+			     !v6n_is_local(skb, pick.backend->addr);
+		reason = v6n_nodeport_new(&flow, &pick, remote, &out, now);
 		if (reason != V6N_REASON_LB_TRANSLATED) {
 			*action = reason == V6N_REASON_DROP_NO_BACKEND ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 			return reason;
