@@ -22,7 +22,7 @@
 #include "lib/verdict.h"
 
 SEC("xdp.frags")
-int v6n_xdp_from_dev(struct xdp_md *ctx)
+int v6n_xdp_uplink(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;

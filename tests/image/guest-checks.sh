@@ -167,7 +167,8 @@ bigtcp_on_uplink() {
 
 dataplane_running() {
     systemctl is-active -q v6node-dataplane.service || { systemctl status v6node-dataplane.service; return 1; }
-    systemctl show -P StatusText v6node-dataplane.service | grep -q '^generation 1: 2 attachment(s) (tcx)' ||
+    # tc ingress and egress, and native XDP in front (xdp_on_uplink).
+    systemctl show -P StatusText v6node-dataplane.service | grep -q '^generation 1: 3 attachment(s) (tcx)' ||
         { systemctl show -P StatusText v6node-dataplane.service; return 1; }
     v6node-dataplane status >/tmp/status.txt || { cat /tmp/status.txt; return 1; }
     grep -qE "^  $uplink +ingress +tcx +v6n_from_dev " /tmp/status.txt || { cat /tmp/status.txt; return 1; }
@@ -194,6 +195,22 @@ hubble_socket_serves() {
             -H 'te: trailers' --data-binary @- http://localhost/grpc.health.v1.Health/Check | od -An -tx1 | tr -s ' \n' ' ')
     echo "health answer:$answer"
     [[ "$answer" == " 00 00 00 00 02 08 01 " ]]
+}
+
+# The uplink (virtio-net) runs the XDP program in the driver (attach.xdp =
+# auto): status says so, and so does the device, natively, never generic.
+# virtio-net turns its guest offloads off for XDP itself; what it has of
+# queues and offloads is printed.
+xdp_on_uplink() {
+    local link
+    link=$(ip -d link show "$uplink")
+    grep -A3 '^uplinks' /tmp/status.txt
+    ethtool -i "$uplink" | grep '^driver'
+    ethtool -l "$uplink" | grep -i combined | tr -s ' \t\n' ' '
+    echo
+    ethtool -k "$uplink" | grep -E '^(rx-checksumming|generic-receive-offload|large-receive-offload|rx-gro-hw):'
+    grep -qE "^  $uplink +xdp, then tc +native XDP in the driver" /tmp/status.txt &&
+        grep -qE '\bxdp\b' <<<"$link" && ! grep -qE 'xdpgeneric' <<<"$link" || { echo "$link"; return 1; }
 }
 
 dataplane_in_bpftool() {
@@ -670,6 +687,7 @@ default)
     pass_if "uplink $uplink has a SLAAC address from the router" uplink_slaac
     pass_if "default route is IPv6, via the router" ipv6_default_route
     pass_if "dataplane agent active, attached to $uplink, status works" dataplane_running
+    pass_if "$uplink (virtio-net) runs native XDP before tc, and status says so" xdp_on_uplink
     pass_if "Hubble's API on /run/v6node/hubble.sock answers gRPC health for hubble.server.Observer: SERVING" hubble_socket_serves
     pass_if "bandwidth manager on by default: fq with the pacers' horizon on $uplink" bandwidth_on_uplink
     pass_if "bpftool lists the dataplane's programs and tcx links" dataplane_in_bpftool

@@ -27,6 +27,8 @@ cat >"$root/usr/lib/v6node/dataplane.toml" <<'EOF'
 cgroup = ""
 [attach]
 devices = ["node*"]
+# The tc programs' own mechanics; tests/netns/xdp.sh covers XDP in front.
+xdp = "tc"
 [bigtcp]
 devices = ["node*"]
 EOF

@@ -3,11 +3,16 @@
 //! a previous agent pinned, and removing what is no longer wanted (`detach`,
 //! which removes everything, is in detach.rs).
 //!
-//! tcx links are pinned as `<pin_dir>/links/<device>-<direction>`. A pinned
-//! link keeps its program attached with no process holding it, which is what
-//! keeps traffic flowing while the agent is down. On kernels before 6.6 (or
-//! `attach.mode = "clsact"`) programs are cls_bpf filters at a fixed
-//! priority and handle instead; those persist in the qdisc by themselves.
+//! tcx, netkit and XDP links are pinned as
+//! `<pin_dir>/links/<device>-<direction>`. A pinned link keeps its program
+//! attached with no process holding it, which is what keeps traffic flowing
+//! while the agent is down. On kernels before 6.6 (or `attach.mode =
+//! "clsact"`) tc programs are cls_bpf filters at a fixed priority and handle
+//! instead; those persist in the qdisc by themselves.
+//!
+//! XDP goes on an uplink in the driver's native mode only, in front of its
+//! tc programs, which stay: a driver without native XDP keeps the device on
+//! tc alone, and says why (generic XDP would be slower than tc).
 
 use std::{
     collections::BTreeMap,
@@ -22,7 +27,8 @@ use aya::{
     programs::{
         links::{FdLink, LinkOrder, PinnedLink},
         tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
-        Link, ProgramInfo, SchedClassifier, TcAttachType,
+        xdp::XdpLink,
+        Link, Program, ProgramInfo, TcAttachType, Xdp, XdpMode,
     },
     util::KernelVersion,
     Ebpf,
@@ -55,6 +61,8 @@ pub enum AttachPoint {
     FromPod,
     /// Traffic into a pod: netkit primary link, or tcx egress of the veth.
     ToPod,
+    /// An uplink's native XDP program, before its tc ingress.
+    Xdp,
 }
 
 impl AttachPoint {
@@ -62,12 +70,18 @@ impl AttachPoint {
     pub const HOST: [AttachPoint; 2] = [AttachPoint::Ingress, AttachPoint::Egress];
     /// Where the pod programs go on the host side of each pod's pair.
     pub const POD: [AttachPoint; 2] = [AttachPoint::FromPod, AttachPoint::ToPod];
-    pub const ALL: [AttachPoint; 5] =
-        [AttachPoint::Ingress, AttachPoint::Egress, AttachPoint::Nat64, AttachPoint::FromPod, AttachPoint::ToPod];
+    pub const ALL: [AttachPoint; 6] = [
+        AttachPoint::Ingress,
+        AttachPoint::Egress,
+        AttachPoint::Nat64,
+        AttachPoint::FromPod,
+        AttachPoint::ToPod,
+        AttachPoint::Xdp,
+    ];
 
     fn tc(self) -> TcAttachType {
         match self {
-            AttachPoint::Ingress | AttachPoint::Nat64 | AttachPoint::FromPod => TcAttachType::Ingress,
+            AttachPoint::Ingress | AttachPoint::Nat64 | AttachPoint::FromPod | AttachPoint::Xdp => TcAttachType::Ingress,
             AttachPoint::Egress | AttachPoint::ToPod => TcAttachType::Egress,
         }
     }
@@ -85,6 +99,7 @@ impl AttachPoint {
             AttachPoint::Ingress | AttachPoint::Egress => &bpf::HOST_OBJECT,
             AttachPoint::Nat64 => &bpf::NAT64_OBJECT,
             AttachPoint::FromPod | AttachPoint::ToPod => &bpf::POD_OBJECT,
+            AttachPoint::Xdp => &bpf::XDP_OBJECT,
         }
     }
 
@@ -95,6 +110,7 @@ impl AttachPoint {
             AttachPoint::Nat64 => bpf::NAT64,
             AttachPoint::FromPod => bpf::FROM_POD,
             AttachPoint::ToPod => bpf::TO_POD,
+            AttachPoint::Xdp => bpf::XDP_UPLINK,
         }
     }
 
@@ -105,6 +121,7 @@ impl AttachPoint {
             AttachPoint::Nat64 => "nat64",
             AttachPoint::FromPod => "from_pod",
             AttachPoint::ToPod => "to_pod",
+            AttachPoint::Xdp => "xdp",
         }
     }
 
@@ -136,6 +153,16 @@ pub struct Target {
     pub ifindex: u32,
     /// The device is a netkit primary: programs go on netkit links.
     pub netkit: bool,
+    /// A device may decline it (native XDP under `attach.xdp = "auto"`):
+    /// the refusal is then a note in `status`, not an error.
+    pub optional: bool,
+}
+
+impl Target {
+    /// An attachment the device must take.
+    pub fn required(ifindex: u32, netkit: bool) -> Target {
+        Target { ifindex, netkit, optional: false }
+    }
 }
 
 /// What should be attached: (device, direction) -> target.
@@ -171,6 +198,8 @@ pub enum Hook {
     Tcx,
     Clsact,
     Netkit,
+    /// An XDP link in the driver's native mode.
+    Xdp,
 }
 
 impl From<TcMode> for Hook {
@@ -194,6 +223,9 @@ pub enum AttachAction {
     Replaced,
     /// Already handled by this agent.
     Unchanged,
+    /// Refused by a device that may refuse it (`Target::optional`); the
+    /// reason is the attachment's note.
+    Declined,
     Failed,
 }
 
@@ -204,6 +236,7 @@ impl std::fmt::Display for AttachAction {
             AttachAction::Adopted => "adopted",
             AttachAction::Replaced => "replaced",
             AttachAction::Unchanged => "unchanged",
+            AttachAction::Declined => "declined",
             AttachAction::Failed => "failed",
         })
     }
@@ -227,6 +260,9 @@ pub struct Attachment {
     pub program_id: Option<u32>,
     pub link_id: Option<u32>,
     pub error: Option<String>,
+    /// Why a device declined (AttachAction::Declined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 fn link_pin(paths: &Paths, device: &str, direction: AttachPoint) -> PathBuf {
@@ -313,9 +349,10 @@ impl Attacher {
         let object = direction.object();
         if !self.loaded.contains_key(object.name) {
             fs::create_dir_all(&self.paths.pin_dir).with_context(|| format!("creating {}", self.paths.pin_dir.display()))?;
-            let mut ebpf = object.load(&self.paths.pin_dir)?;
+            let ebpf = object.load(&self.paths.pin_dir)?;
             for &name in object.programs {
-                self.tags.insert(name, bpf::classifier(&mut ebpf, name)?.info()?.tag());
+                let program = ebpf.program(name).with_context(|| format!("BPF object has no program {name}"))?;
+                self.tags.insert(name, program.info()?.tag());
             }
             self.loaded.insert(object.name, ebpf);
         }
@@ -338,23 +375,40 @@ impl Attacher {
         let mut report = Vec::new();
         for ((device, direction), target) in wanted {
             let (direction, ifindex) = (*direction, target.ifindex);
-            let mode = if target.netkit { Hook::Netkit } else { global_mode.into() };
+            let mode = match (direction, target.netkit) {
+                (AttachPoint::Xdp, _) => Hook::Xdp,
+                (_, true) => Hook::Netkit,
+                (_, false) => global_mode.into(),
+            };
             let known = previous.iter().find(|a| {
                 a.device == *device && a.ifindex == ifindex && a.direction == direction && a.mode == mode && a.error.is_none()
             });
+            // A device that declined native XDP is not asked again until it
+            // changes (a new ifindex) or the agent restarts.
+            if let Some(declined) = known.filter(|a| a.action == AttachAction::Declined && target.optional) {
+                report.push(declined.clone());
+                continue;
+            }
             let result = match (mode, known) {
-                (Hook::Tcx | Hook::Netkit, _) => self.attach_link(device, ifindex, direction, mode, known.is_some()),
+                (Hook::Tcx | Hook::Netkit | Hook::Xdp, _) => self.attach_link(device, ifindex, direction, mode, known.is_some()),
                 (Hook::Clsact, Some(known)) => {
                     Ok(Outcome { action: AttachAction::Unchanged, program_id: known.program_id, link_id: None })
                 }
                 (Hook::Clsact, None) => self.attach_clsact(device, direction),
             };
-            let (outcome, error) = match result {
-                Ok(outcome) => (outcome, None),
-                Err(e) => (Outcome { action: AttachAction::Failed, program_id: None, link_id: None }, Some(format!("{e:#}"))),
+            let (outcome, error, note) = match result {
+                Ok(outcome) => (outcome, None, None),
+                Err(e) if target.optional && no_native_xdp(&e) => {
+                    (Outcome { action: AttachAction::Declined, program_id: None, link_id: None }, None, Some(declined_reason(&e)))
+                }
+                Err(e) => {
+                    (Outcome { action: AttachAction::Failed, program_id: None, link_id: None }, Some(format!("{e:#}")), None)
+                }
             };
             if let Some(error) = &error {
                 log::error!("{device} {}: {error}", direction.name());
+            } else if let Some(note) = &note {
+                log::info!("{device} {}: {note}", direction.name());
             } else if outcome.action != AttachAction::Unchanged {
                 log::info!("{device} {}: {} ({mode:?})", direction.name(), outcome.action);
             }
@@ -367,6 +421,7 @@ impl Attacher {
                 program_id: outcome.program_id,
                 link_id: outcome.link_id,
                 error,
+                note,
             });
         }
         // Removing what is no longer wanted comes last, so a device moving
@@ -391,6 +446,15 @@ impl Attacher {
                 // A different build of the program is attached (agent upgrade,
                 // or a developer's override): swap it in place with
                 // BPF_LINK_UPDATE, which the kernel does atomically per packet.
+                if mode == Hook::Xdp {
+                    let program = xdp_program(self.ebpf(direction)?)?;
+                    let new_id = program.info()?.id();
+                    let link = XdpLink::try_from(FdLink::from(PinnedLink::from_pin(&pin)?))?;
+                    let id = program.attach_to_link(link)?;
+                    let _: FdLink = program.take_link(id)?.try_into()?;
+                    repin(self.ebpf(direction)?, direction, &program_pin)?;
+                    return Ok(Outcome { action: AttachAction::Replaced, program_id: Some(new_id), link_id: Some(link_id) });
+                }
                 let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let new_id = program.info()?.id();
                 if mode == Hook::Netkit {
@@ -402,7 +466,7 @@ impl Attacher {
                     let id = program.attach_to_link(SchedClassifierLink::try_from(link)?)?;
                     let _: FdLink = program.take_link(id)?.try_into()?;
                 }
-                repin(program, &program_pin)?;
+                repin(self.ebpf(direction)?, direction, &program_pin)?;
                 Ok(Outcome { action: AttachAction::Replaced, program_id: Some(new_id), link_id: Some(link_id) })
             }
             state => {
@@ -412,6 +476,20 @@ impl Attacher {
                 }
                 for dir in [self.paths.links_dir(), self.paths.programs_dir()] {
                     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                }
+                if mode == Hook::Xdp {
+                    let program = xdp_program(self.ebpf(direction)?)?;
+                    let program_id = program.info()?.id();
+                    // The driver's own mode only: aya would otherwise let the
+                    // kernel fall back to generic XDP.
+                    let id = program
+                        .attach_to_if_index(ifindex, XdpMode::Driver)
+                        .with_context(|| format!("attaching native XDP to {device}"))?;
+                    let link: FdLink = program.take_link(id)?.try_into().context("the kernel has no XDP links (Linux 5.9+)")?;
+                    let link_id = link.info()?.id();
+                    link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
+                    repin(self.ebpf(direction)?, direction, &program_pin)?;
+                    return Ok(Outcome { action: AttachAction::Attached, program_id: Some(program_id), link_id: Some(link_id) });
                 }
                 let program = bpf::classifier(self.ebpf(direction)?, direction.program())?;
                 let program_id = program.info()?.id();
@@ -428,7 +506,7 @@ impl Attacher {
                     link.pin(&pin).with_context(|| format!("pinning {}", pin.display()))?;
                     link_id
                 };
-                repin(program, &program_pin)?;
+                repin(self.ebpf(direction)?, direction, &program_pin)?;
                 Ok(Outcome { action: AttachAction::Attached, program_id: Some(program_id), link_id: Some(link_id) })
             }
         }
@@ -463,7 +541,7 @@ impl Attacher {
 
     fn remove_unwanted(&mut self, mode: TcMode, wanted: &Wanted, previous: &[Attachment]) {
         for (device, direction, pin) in pinned_links(&self.paths) {
-            let linked = |t: &Target| t.netkit || mode == TcMode::Tcx;
+            let linked = |t: &Target| t.netkit || mode == TcMode::Tcx || direction == AttachPoint::Xdp;
             if wanted.get(&(device.clone(), direction)).is_some_and(linked) {
                 continue;
             }
@@ -473,7 +551,7 @@ impl Attacher {
                 Err(e) => log::error!("{device} {}: cannot remove {}: {e}", direction.name(), pin.display()),
             }
         }
-        for old in previous.iter().filter(|a| a.mode == Hook::Clsact && a.error.is_none()) {
+        for old in previous.iter().filter(|a| a.mode == Hook::Clsact && a.error.is_none() && a.direction != AttachPoint::Xdp) {
             let target = wanted.get(&(old.device.clone(), old.direction));
             if mode == TcMode::Clsact && target.is_some_and(|t| !t.netkit && t.ifindex == old.ifindex) {
                 continue;
@@ -487,15 +565,68 @@ impl Attacher {
 }
 
 /// Pins the program a link now runs beside the link, replacing the old pin.
-fn repin(program: &mut SchedClassifier, path: &Path) -> Result<()> {
+fn repin(ebpf: &mut Ebpf, direction: AttachPoint, path: &Path) -> Result<()> {
     files::remove(path).with_context(|| format!("removing {}", path.display()))?;
+    let program: &mut Program =
+        ebpf.program_mut(direction.program()).with_context(|| format!("BPF object has no program {}", direction.program()))?;
     program.pin(path).with_context(|| format!("pinning {}", path.display()))
+}
+
+fn xdp_program(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
+    let name = AttachPoint::Xdp.program();
+    Ok(ebpf.program_mut(name).with_context(|| format!("BPF object has no program {name}"))?.try_into()?)
+}
+
+/// The errors with which a device says it has no native XDP: the driver
+/// implements none (EOPNOTSUPP), or not for the device as it is set up now
+/// (its MTU, queues or offloads: EINVAL, ERANGE, ENOSPC, EBUSY from a
+/// program someone else attached).
+fn no_native_xdp(error: &anyhow::Error) -> bool {
+    error.chain().filter_map(|cause| cause.downcast_ref::<std::io::Error>()).any(|e| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ERANGE | libc::ENOSPC | libc::EBUSY | libc::EEXIST)
+        )
+    })
+}
+
+fn declined_reason(error: &anyhow::Error) -> String {
+    format!("no native XDP, tc alone runs the device: {error:#}")
 }
 
 pub fn detach_clsact(device: &str, direction: AttachPoint) -> Result<()> {
     let link =
         SchedClassifierLink::attached(device, direction.tc(), direction.clsact_priority(), TcHandle::from(CLSACT_HANDLE), None)?;
     link.detach().map_err(anyhow::Error::from)
+}
+
+/// Which path an uplink's arriving frames take first, and why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct UplinkPath {
+    pub device: String,
+    /// Native XDP in the driver, then tc; or tc alone.
+    pub xdp: bool,
+    pub why: String,
+}
+
+/// The uplinks' paths, from what reconciling them did: every device with
+/// the host program at tc ingress is an uplink.
+pub fn uplink_paths(attachments: &[Attachment]) -> Vec<UplinkPath> {
+    attachments
+        .iter()
+        .filter(|a| a.direction == AttachPoint::Ingress)
+        .map(|uplink| {
+            let xdp = attachments.iter().find(|a| a.device == uplink.device && a.direction == AttachPoint::Xdp);
+            let (runs_xdp, why) = match xdp {
+                None => (false, "attach.xdp chooses tc".to_owned()),
+                Some(a) if a.error.is_none() && a.action != AttachAction::Declined => {
+                    (true, "native XDP in the driver".to_owned())
+                }
+                Some(a) => (false, a.note.clone().or_else(|| a.error.clone()).unwrap_or_default()),
+            };
+            UplinkPath { device: uplink.device.clone(), xdp: runs_xdp, why }
+        })
+        .collect()
 }
 
 /// Link pins under `<pin_dir>/links`, parsed into device and direction.

@@ -22,7 +22,7 @@ pub const NAT64: &str = "v6n_nat64";
 pub const FROM_POD: &str = "v6n_from_pod";
 pub const TO_POD: &str = "v6n_to_pod";
 /// The uplinks' native XDP program (xdp.bpf.c).
-pub const XDP_FROM_DEV: &str = "v6n_xdp_from_dev";
+pub const XDP_UPLINK: &str = "v6n_xdp_uplink";
 /// The kernel's drops (tp_btf on skb:kfree_skb), while flows are on.
 pub const KERNEL_DROP: &str = "v6n_kernel_drop";
 /// The socket hooks, in the order the agent attaches them.
@@ -51,7 +51,7 @@ pub const SOCK_OBJECT: Object = Object { name: "sock", programs: &SOCK_PROGRAMS 
 pub const TRACE_OBJECT: Object = Object { name: "trace", programs: &[KERNEL_DROP] };
 
 /// The uplinks' native XDP program, ahead of the host object's tc one.
-pub const XDP_OBJECT: Object = Object { name: "xdp", programs: &[XDP_FROM_DEV] };
+pub const XDP_OBJECT: Object = Object { name: "xdp", programs: &[XDP_UPLINK] };
 
 /// Every entry object, by name.
 pub const OBJECTS: [&Object; 6] = [&HOST_OBJECT, &NAT64_OBJECT, &POD_OBJECT, &SOCK_OBJECT, &TRACE_OBJECT, &XDP_OBJECT];

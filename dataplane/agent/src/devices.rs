@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use rtnetlink::Handle;
-use v6node_config::{Config, DevicePattern};
+use v6node_config::{Config, DevicePattern, XdpChoice};
 
 use crate::{
     attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
@@ -106,27 +106,35 @@ fn present(patterns: &[DevicePattern]) -> Result<BTreeMap<String, u32>> {
         .collect())
 }
 
-/// Host programs on attach.devices, the translator on nat64.devices,
-/// pod programs on the host side of every pod's pair.
 /// The uplinks present now (attach.devices).
 pub fn uplinks(config: &Config) -> Vec<(String, u32)> {
     present(&config.attach.devices).map(|p| p.into_iter().collect()).unwrap_or_default()
 }
 
+/// Host programs on attach.devices (and native XDP as attach.xdp says),
+/// the translator on nat64.devices, pod programs on the host side of every
+/// pod's pair.
 fn wanted_attachments(config: &Config, endpoints: &Endpoints) -> Result<Wanted> {
     let mut wanted = Wanted::new();
     for (device, ifindex) in present(&config.attach.devices)? {
         for direction in AttachPoint::HOST {
-            wanted.insert((device.clone(), direction), Target { ifindex, netkit: false });
+            wanted.insert((device.clone(), direction), Target::required(ifindex, false));
+        }
+        match config.attach.xdp_for(&device) {
+            XdpChoice::Tc => {}
+            choice => {
+                let target = Target { ifindex, netkit: false, optional: choice == XdpChoice::Auto };
+                wanted.insert((device, AttachPoint::Xdp), target);
+            }
         }
     }
     for (device, ifindex) in present(&config.nat64.devices)? {
-        wanted.insert((device, AttachPoint::Nat64), Target { ifindex, netkit: false });
+        wanted.insert((device, AttachPoint::Nat64), Target::required(ifindex, false));
     }
     // Where the fragments of DF-clear packets come back in, to be translated.
     if !config.nat64.devices.is_empty() {
         if let Some(ifindex) = netdev::devices()?.get(fragmenter::PEER) {
-            wanted.insert((fragmenter::PEER.to_string(), AttachPoint::Nat64), Target { ifindex: *ifindex, netkit: false });
+            wanted.insert((fragmenter::PEER.to_string(), AttachPoint::Nat64), Target::required(*ifindex, false));
         }
     }
     endpoints.wanted(&mut wanted);

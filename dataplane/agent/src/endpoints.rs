@@ -122,7 +122,7 @@ impl Endpoints {
     /// The pod programs on the host side of every endpoint's pair.
     pub fn wanted(&self, wanted: &mut Wanted) {
         for state in self.records.values() {
-            let target = Target { ifindex: state.host_ifindex, netkit: state.endpoint.device == PodDevice::Netkit };
+            let target = Target::required(state.host_ifindex, state.endpoint.device == PodDevice::Netkit);
             for direction in AttachPoint::POD {
                 wanted.insert((state.endpoint.host_device.clone(), direction), target);
             }

@@ -112,6 +112,14 @@ pub fn render(paths: &Paths, state: &State) -> String {
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    let name = "v6node_dataplane_uplink_xdp";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 if the uplink runs native XDP before tc, 0 if tc alone (status says why).\n# TYPE {name} gauge"
+    );
+    for uplink in crate::attach::uplink_paths(&state.attachments) {
+        let _ = writeln!(out, "{name}{{device=\"{}\"}} {}", escape(&uplink.device), u8::from(uplink.xdp));
+    }
     if let Some(pool) = state.nat64.as_ref().and_then(|n| n.stateful.as_ref()) {
         for (name, help, value) in [
             (

@@ -328,11 +328,22 @@ fn human(status: &Status) -> String {
                 a.direction.program().into(),
                 opt(live.and_then(|l| l.program_id).or(a.program_id)),
                 opt(live.and_then(|l| l.link_id).or(a.link_id)),
-                a.error.clone().map_or(a.action.to_string(), |e| format!("FAILED: {e}")),
+                match (&a.error, &a.note) {
+                    (Some(e), _) => format!("FAILED: {e}"),
+                    (None, Some(note)) => format!("{}: {note}", a.action),
+                    (None, None) => a.action.to_string(),
+                },
             ]
         })
         .collect();
     table(&mut out, &["DEVICE", "DIRECTION", "MODE", "PROGRAM", "PROG_ID", "LINK_ID", "STATE"], &rows);
+
+    let _ = writeln!(out, "\nuplinks (where arriving frames are handled first):");
+    let rows: Vec<Vec<String>> = attach::uplink_paths(&status.attachments)
+        .into_iter()
+        .map(|u| vec![u.device, if u.xdp { "xdp, then tc".into() } else { "tc".into() }, u.why])
+        .collect();
+    table(&mut out, &["DEVICE", "PATH", "WHY"], &rows);
 
     let _ = writeln!(out, "\nBIG TCP (gso/gro max size, IPv6 and IPv4):");
     let rows: Vec<Vec<String>> = status

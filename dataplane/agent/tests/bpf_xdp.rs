@@ -10,7 +10,7 @@ mod common;
 use std::net::Ipv6Addr;
 
 use aya::{
-    programs::{SchedClassifier, TestRun, TestRunOptions, Xdp},
+    programs::{SchedClassifier, TestRun, TestRunOptions},
     Ebpf,
 };
 use common::{
@@ -18,15 +18,13 @@ use common::{
     events::{events, kind, set_events},
     load_object,
     packet::{arp, udp6},
-    PinDir, TC_ACT_SHOT,
+    run_xdp, PinDir, TC_ACT_SHOT, XDP_DROP, XDP_PASS,
 };
 use v6node_abi::{Direction, EventKind, Reason};
 
 static XDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
 
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
 
 const NODE: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x6e, 0, 0, 0, 0, 0, 2);
 const DENIED_NET: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xbad, 0, 0, 0, 0, 0, 0);
@@ -43,7 +41,7 @@ impl Loaded {
     /// deny list, flow events on.
     fn xdp_denying(test: &str) -> Loaded {
         enter_netns();
-        let (mut ebpf, _pins) = load_object(XDP_OBJECT, &["v6n_xdp_from_dev"], test);
+        let (mut ebpf, _pins) = load_object(XDP_OBJECT, &["v6n_xdp_uplink"], test);
         deny_source(&mut ebpf, DENIED_NET, 32);
         set_events(&mut ebpf, true, 1000, 1000);
         Loaded { ebpf, _pins }
@@ -57,17 +55,7 @@ impl Loaded {
     /// The XDP program on `frame`, arriving on loopback's first queue:
     /// its verdict and the frame as it left.
     fn run_xdp(&self, frame: &[u8]) -> (u32, Vec<u8>) {
-        let program: &Xdp = self.ebpf.program("v6n_xdp_from_dev").unwrap().try_into().unwrap();
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
-        let mut ctx = [0u8; 24];
-        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-        ctx[12..16].copy_from_slice(&1u32.to_ne_bytes());
-        let mut out = vec![0u8; 4096];
-        let options =
-            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ctx_in: Some(&ctx), ..TestRunOptions::new() };
-        let result = program.test_run(options).expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        (result.return_value, out)
+        run_xdp(&self.ebpf, "v6n_xdp_uplink", frame, 1)
     }
 
     fn run_tc(&self, frame: &[u8]) -> u32 {

@@ -45,7 +45,7 @@ pub use config::Config;
 pub use device::DevicePattern;
 pub use error::ConfigError;
 pub use ports::PortRange;
-pub use sections::attach::{Attach, AttachMode};
+pub use sections::attach::{Attach, AttachMode, XdpChoice};
 pub use sections::bandwidth::{Bandwidth, BandwidthMode, BANDWIDTH_HORIZON_MS_DEFAULT, BANDWIDTH_POD_TSO_RTT_LOG_DEFAULT};
 pub use sections::bigtcp::{BigTcp, BIGTCP_DEFAULT, BIGTCP_MAX, BIGTCP_MIN};
 pub use sections::filter::Filter;

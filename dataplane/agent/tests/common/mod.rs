@@ -29,6 +29,9 @@ pub const TC_ACT_UNSPEC: u32 = -1i32 as u32; // pass on to the stack (TCX_NEXT)
 pub const TC_ACT_OK: u32 = 0;
 pub const TC_ACT_SHOT: u32 = 2;
 pub const TC_ACT_REDIRECT: u32 = 7;
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
 
 pub struct Run {
     pub verdict: u32,
@@ -131,6 +134,22 @@ pub fn try_run_skb(
         mark: u32::from_ne_bytes(ctx_out[8..12].try_into().unwrap()),
         tstamp: u64::from_ne_bytes(ctx_out[152..160].try_into().unwrap()),
     })
+}
+
+/// Runs XDP `program` on `frame` as arriving on device `ifindex`'s first
+/// queue (which sets where FIB lookups start): its verdict and the frame as
+/// it left.
+pub fn run_xdp(ebpf: &Ebpf, program: &str, frame: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
+    let program: &aya::programs::Xdp = ebpf.program(program).unwrap().try_into().unwrap();
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
+    let mut ctx = [0u8; 24];
+    ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    let mut out = vec![0u8; 4096];
+    let options = TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ctx_in: Some(&ctx), ..TestRunOptions::new() };
+    let result = program.test_run(options).expect("BPF_PROG_TEST_RUN");
+    out.truncate(result.data_size_out as usize);
+    (result.return_value, out)
 }
 
 /// Every slot of the object's counter map as (key, packets, bytes), summed
