@@ -2,10 +2,16 @@
 /*
  * Entry object for the node's uplinks in native XDP: what arrives is
  * decided here, in the driver, before the kernel allocates a packet for it,
- * where that needs no socket. Today that is the deny list (v6n_deny_src):
- * a denied source's frames are dropped and counted under
- * V6N_DIRECTION_XDP, with the flow event every drop has. Everything else
- * passes, unrecorded, to tc's v6n_from_dev and the stack, which record it.
+ * where that needs no socket:
+ *
+ * - a denied source's frames (v6n_deny_src) are dropped;
+ * - Services reached from outside whose backend is on another node, and a
+ *   masquerading node's replies to their clients, are translated and sent
+ *   back out of the uplink (lib/nodeport_xdp.h).
+ *
+ * What XDP decides is counted under V6N_DIRECTION_XDP, with the flow event
+ * every verdict has. Everything else passes, unrecorded, to tc's
+ * v6n_from_dev and the stack, which record it.
  *
  * Frames may come in several buffers (xdp.frags: the device keeps its MTU
  * and, on veth, its peer's GSO); only the first is read. A frame whose
@@ -19,6 +25,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "lib/maps.h"
+#include "lib/nodeport_xdp.h"
 #include "lib/verdict.h"
 
 SEC("xdp.frags")
@@ -37,7 +44,16 @@ int v6n_xdp_uplink(struct xdp_md *ctx)
 	__builtin_memcpy(key.addr, &ip6->saddr, sizeof(key.addr));
 	if (bpf_map_lookup_elem(&v6n_deny_src, &key))
 		return v6n_exit(ctx, V6N_DIRECTION_XDP, V6N_REASON_DROP_DENIED_SOURCE, XDP_DROP);
-	return XDP_PASS;
+
+	struct v6n_flow flow = {};
+	int action = XDP_PASS;
+
+	if (v6n_flow_parse(data, data_end, &flow) < 0)
+		return XDP_PASS;
+	enum v6n_reason reason = v6n_nodeport_xdp(ctx, &flow, &action);
+	if (reason == V6N_REASON_PASS)
+		return XDP_PASS;
+	return v6n_exit(ctx, V6N_DIRECTION_XDP, reason, action);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -21,6 +21,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.bash"
 use_agent
+need ethtool
 
 sandbox v6s
 gw_ns=$id-cp node=$id-a
@@ -514,6 +515,94 @@ pass_if "edge's endpoint leaves: the health check says 503, no local endpoint" r
 refused_from_outside() { from_outside curl -s -m 3 -o /dev/null "http://[fd00:9::a]:30090/"; [[ $? == 7 ]]; }
 pass_if "and a connection from outside to NodePort 30090 is refused (curl exit 7), not left to time out" \
     retry 10 refused_from_outside
+
+# --- from outside to a backend on another node: in the uplink's XDP --------------
+# node-b (fd00:9::b) is another node on the wire, its pod fd00:10:244:b::11
+# serving HTTP on 8080 and UDP on 5353. A NodePort's connection to it from
+# outside comes in on eth0 and goes back out of it from node-a's masquerade
+# address, its replies the same way back: eth0 runs native XDP (attach.xdp
+# is auto; veth has it), which sends both without the stack.
+#
+# Two things a veth is not like a wire in: the wire's port to node-a takes
+# the frames XDP sends back only while it runs an XDP program of its own
+# (xdp-pass.bpf.c), and the senders' checksums are made whole in software
+# (tx off): over a veth a socket's packet carries a partial checksum, which
+# XDP cannot tell from a whole one, where frames off a wire carry whole ones.
+far=$id-b far_pod=fd00:10:244:b::11 masquerade=fd00:10:244:a:ffff:ffff:ffff:ffff
+ip netns add "$far"
+cleanup_netns+=("$far")
+ip -n "$far" link set lo up
+wire_node "$far" fd00:9::b
+ip -n "$far" address add "$far_pod/128" dev lo
+ip -n "$far" route add fd00:10:244:a::/64 via fd00:9::a
+ip -n "$node" route add fd00:10:244:b::/64 via fd00:9::b
+"$top/dataplane/bpf/cc" "$here/xdp-pass.bpf.c" "$work/xdp-pass.bpf.o"
+ip -n "$gw_ns" link set dev port0 xdpdrv obj "$work/xdp-pass.bpf.o" sec xdp.frags
+ip netns exec "$gw_ns" ethtool -K wire tx off >/dev/null
+ip netns exec "$far" ethtool -K eth0 tx off >/dev/null
+ip netns exec "$far" python3 "$work/pod.py" pod-far "$far_pod" &
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: { name: far, namespace: default }
+spec:
+  type: NodePort
+  clusterIP: fd00:10:96::95
+  clusterIPs: ["fd00:10:96::95"]
+  ipFamilies: [IPv6]
+  ports:
+    - { name: http, port: 80, targetPort: 8080, nodePort: 30095, protocol: TCP }
+    - { name: dns, port: 53, targetPort: 5353, nodePort: 30096, protocol: UDP }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: far-1
+  namespace: default
+  labels: { kubernetes.io/service-name: far, endpointslice.kubernetes.io/managed-by: v6node-test }
+addressType: IPv6
+ports: [{ name: http, port: 8080, protocol: TCP }, { name: dns, port: 5353, protocol: UDP }]
+endpoints:
+  - { addresses: ["$far_pod"], nodeName: node-b, conditions: { ready: true } }
+EOF
+far_served() { [[ "$(jq_status '[.services.frontends[] | select(.address.port == 30095 or .address.port == 30096) | .from_outside | length] | add')" == 2 ]]; }
+retry 20 far_served
+wait_for "pod-far's server" bound "$far" tcp 8080
+# Known neighbours: a frame whose next hop the kernel has yet to resolve is tc's.
+ip netns exec "$node" ping -q -c 1 -W 2 fd00:9::b >/dev/null
+service_count() { jq_status --arg d "$1" --arg r "$2" '[.counters[] | select(.device == "eth0" and .direction == $d and .reason == $r) | .packets] | add // 0'; }
+tc_before=$(service_count ingress service_translated)
+xdp_before=$(service_count xdp service_translated)
+tracked_before=$(service_count xdp service_tracked)
+masqueraded() {
+    local i peer
+    for i in 1 2 3 4 5; do
+        peer=$(from_outside curl -sS -m 3 "http://[fd00:9::a]:30095/peer") || return 1
+        [[ "$peer" == "$masquerade" ]] || { echo "# pod-far saw $peer"; return 1; }
+    done
+}
+pass_if "xdp: from outside -> NodePort 30095 (TCP), 5 connections to pod-far on node-b: it sees node-a's masquerade address" \
+    masqueraded
+udp_far() { from_outside python3 "$work/udp.py" fd00:9::a 30096 | grep -E '^pod-far query from \[fd00:9::a\]:30096$'; }
+pass_if "xdp: UDP NodePort 30096: pod-far answers, from the NodePort" udp_far
+eth0_xdp() { ip -n "$node" link show eth0 | grep -oE '\bxdp(generic)?\b' | head -1; }
+pass_if "xdp: eth0 runs native XDP, and the 6 new connections were XDP's (service_translated under xdp), none tc's" \
+    test "$(eth0_xdp)/$(($(service_count xdp service_translated) - xdp_before))/$(($(service_count ingress service_translated) - tc_before))" = xdp/6/0
+pass_if "xdp: so were their later packets both ways (service_tracked under xdp)" \
+    test "$(($(service_count xdp service_tracked) - tracked_before))" -ge 20
+(for i in $(seq 100); do from_outside curl -sS -m 3 "http://[fd00:9::a]:30095/" || echo FAILED; sleep 0.03; done) >"$work/far-restart.log" 2>&1 &
+loop=$!
+sleep 0.5
+kill -9 "$agent_pid"
+wait "$agent_pid" 2>/dev/null
+sleep 0.5
+agent_start
+wait "$loop"
+pass_if "xdp: 100 requests to NodePort 30095 across a SIGKILL and restart of the agent: none failed" \
+    bash -c "! grep -q FAILED '$work/far-restart.log' && test \$(grep -c pod-far '$work/far-restart.log') = 100"
+pass_if "xdp: the restarted agent adopted eth0's XDP link" grep -q 'eth0 xdp: adopted' "$work/agent.log"
+kc delete service far >/dev/null
+kc delete endpointslice far-1 >/dev/null
 
 # --- an ICMPv6 error from a backend reaches the client as the frontend's -------------
 # Nothing listens on pod-h's UDP 5399: its kernel answers port unreachable

@@ -16,10 +16,10 @@ use common::{
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
-    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
+    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_PASS, XDP_TX,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use v6node_abi::{maps, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR};
+use v6node_abi::{maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR};
 
 const NODE_PORT: u16 = 30080;
 const TARGET_PORT: u16 = 8080;
@@ -292,7 +292,11 @@ fn wait_until_no_udp_socket_has_port(port: u16) {
     let local_port = format!(":{port:04X} ");
     for _ in 0..500 {
         let table = std::fs::read_to_string("/proc/thread-self/net/udp6").expect("reading this netns's UDP sockets");
-        if !table.lines().skip(1).any(|line| line.split_whitespace().nth(1).is_some_and(|local| format!("{local} ").ends_with(&local_port))) {
+        if !table
+            .lines()
+            .skip(1)
+            .any(|line| line.split_whitespace().nth(1).is_some_and(|local| format!("{local} ").ends_with(&local_port)))
+        {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -558,4 +562,134 @@ fn a_frontend_header_for_no_frontend_here_is_refused_and_counted() {
     assert_ne!(passed.verdict, TC_ACT_SHOT);
     assert_eq!(passed.packet[14 + 6], DSTOPTS, "the header stays");
     assert_eq!(node.ingress(Reason::V6N_REASON_DROP_DSR_REFUSED), 2);
+}
+
+// --- the same Services in the uplink's XDP program (bpf/lib/nodeport_xdp.h) ---
+
+impl Node {
+    fn xdp_on_uplink(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        run_xdp(self.xdp.as_ref().expect("a node made by Node::with_xdp"), "v6n_xdp_uplink", frame, self.uplink)
+    }
+
+    fn xdp(&self, reason: Reason) -> u64 {
+        counted(&self.host, Direction::V6N_DIRECTION_XDP, reason)
+    }
+}
+
+/// What tc alone makes of `frames`, one after another, on a node of its own
+/// (in a thread of its own: a network namespace of its own) set up by
+/// `setup`: the reference XDP's frames must equal byte for byte.
+fn tc_alone(test: &str, setup: fn(&mut Node), frames: Vec<Vec<u8>>) -> Vec<Run> {
+    let test = test.to_string();
+    std::thread::spawn(move || {
+        let mut node = Node::new(&test, 0);
+        setup(&mut node);
+        frames.iter().map(|frame| node.arrived_on_uplink(frame)).collect()
+    })
+    .join()
+    .expect("the tc node's thread")
+}
+
+#[test]
+fn xdp_sends_a_connection_to_a_backend_on_another_node_and_its_replies_to_the_client_byte_for_byte_as_tc() {
+    for proto in [TCP, UDP] {
+        let setup: fn(&mut Node) = if proto == TCP {
+            |node| node.node_port(TCP, &[(OTHER_POD, TARGET_PORT)], None)
+        } else {
+            |node| node.node_port(UDP, &[(OTHER_POD, TARGET_PORT)], None)
+        };
+        let frames = vec![
+            segment(proto, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true),
+            segment(proto, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false),
+            segment(proto, OTHER_POD, TARGET_PORT, MASQUERADE, CLIENT_PORT, false),
+        ];
+        let reference = tc_alone(&format!("xdp-remote-tc-{proto}"), setup, frames.clone());
+
+        let mut node = Node::with_xdp(&format!("xdp-remote-{proto}"));
+        setup(&mut node);
+        for (i, (frame, tc)) in frames.iter().zip(&reference).enumerate() {
+            let (verdict, sent) = node.xdp_on_uplink(frame);
+            assert_eq!((tc.verdict, verdict), (TC_ACT_REDIRECT, XDP_TX), "proto {proto}, frame {i}: back out of the uplink");
+            assert_eq!(sent, tc.packet, "proto {proto}, frame {i}: the frame tc sends");
+            assert_well_formed(&sent);
+        }
+        assert_eq!(tuple(&node.xdp_on_uplink(&frames[0]).1), (MASQUERADE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+        assert_eq!(tuple(&reference[2].packet), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
+        assert_eq!(
+            (node.xdp(Reason::V6N_REASON_LB_TRANSLATED), node.xdp(Reason::V6N_REASON_LB_TRACKED)),
+            (1, 3),
+            "proto {proto}: counted under xdp"
+        );
+        assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED) + node.ingress(Reason::V6N_REASON_LB_TRACKED), 0, "tc saw none");
+    }
+}
+
+#[test]
+fn xdp_leaves_a_backend_on_this_node_to_tc_untouched_with_nothing_recorded() {
+    let mut node = Node::with_xdp("xdp-local");
+    node.node_port(TCP, &[(POD_A, TARGET_PORT)], None);
+    let frame = segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true);
+    assert_eq!(node.xdp_on_uplink(&frame), (XDP_PASS, frame.clone()));
+    let tracked: HashMap<&MapData, CtKey, CtValue> = HashMap::try_from(node.host.map(maps::CT).unwrap()).unwrap();
+    assert_eq!(tracked.keys().count(), 0, "no connection tracked");
+    assert_eq!(counted_under(&node, Direction::V6N_DIRECTION_XDP), 0);
+    let run = node.arrived_on_uplink(&frame);
+    assert_eq!((run.verdict, tuple(&run.packet).2), (TC_ACT_REDIRECT, POD_A), "tc delivers it into the pod");
+}
+
+#[test]
+fn xdp_leaves_to_tc_what_the_stack_must_answer_and_a_backend_that_left() {
+    let mut node = Node::with_xdp("xdp-stack");
+    node.node_port(UDP, &[(OTHER_POD, TARGET_PORT), (POD_A, TARGET_PORT)], None);
+    // Hop limit out: the stack sends Time Exceeded.
+    let mut last_hop = segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false);
+    last_hop[14 + 7] = 1;
+    assert_eq!(node.xdp_on_uplink(&last_hop), (XDP_PASS, last_hop.clone()));
+    // A frontend without backends: tc counts it and the stack answers.
+    set_external(&mut node.host, addr(NODE, NODE_PORT), UDP, &[]);
+    let frame = segment(UDP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false);
+    assert_eq!(node.xdp_on_uplink(&frame), (XDP_PASS, frame.clone()));
+    assert_eq!(counted_under(&node, Direction::V6N_DIRECTION_XDP), 0);
+
+    // A connection XDP sent to OTHER_POD, whose backend then leaves: tc
+    // ends it and picks again.
+    set_external(&mut node.host, addr(NODE, NODE_PORT), UDP, &[100]);
+    let (verdict, sent) = node.xdp_on_uplink(&frame);
+    assert_eq!((verdict, tuple(&sent).2), (XDP_TX, OTHER_POD));
+    remove_backend(&mut node.host, 100);
+    set_external(&mut node.host, addr(NODE, NODE_PORT), UDP, &[101]);
+    assert_eq!(node.xdp_on_uplink(&frame), (XDP_PASS, frame.clone()));
+    assert_eq!(tuple(&node.arrived_on_uplink(&frame).packet).2, POD_A);
+}
+
+#[test]
+fn xdp_sends_direct_server_return_with_the_frontend_header_byte_for_byte_as_tc() {
+    for proto in [TCP, UDP] {
+        let setup: fn(&mut Node) =
+            if proto == TCP { |node| node.dsr_frontend(TCP, OTHER_POD) } else { |node| node.dsr_frontend(UDP, OTHER_POD) };
+        // A SYN (or any UDP packet that fits 1280 bytes with it) carries the
+        // header; a later TCP segment goes bare.
+        let frames = vec![
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, true),
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, false),
+        ];
+        let reference = tc_alone(&format!("xdp-dsr-tc-{proto}"), setup, frames.clone());
+
+        let mut node = Node::with_xdp(&format!("xdp-dsr-{proto}"));
+        setup(&mut node);
+        for (i, (frame, tc)) in frames.iter().zip(&reference).enumerate() {
+            let (verdict, sent) = node.xdp_on_uplink(frame);
+            assert_eq!((tc.verdict, verdict), (TC_ACT_REDIRECT, XDP_TX), "proto {proto}, frame {i}");
+            assert_eq!(sent, tc.packet, "proto {proto}, frame {i}: the frame tc sends");
+        }
+        let (frontend, bare) = frontend_header(&reference[0].packet).expect("the first frame names its frontend");
+        assert_eq!(frontend, (VIP, LB_PORT));
+        assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's address kept");
+        assert_eq!(frontend_header(&reference[1].packet).is_some(), proto == UDP);
+    }
+}
+
+/// Packets counted under `direction`, whatever the reason.
+fn counted_under(node: &Node, direction: Direction) -> u64 {
+    common::counter_slots(&node.host).iter().filter(|(k, _, _)| k.direction == direction as u8).map(|(_, p, _)| p).sum()
 }

@@ -17,6 +17,7 @@ use super::{counted, enter_netns, ifindex, ip, load_object, try_run_program, Pin
 
 pub static POD_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pod.bpf.o"));
 pub static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
+pub static XDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
 
 pub const POD_A: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0xa);
 pub const POD_B: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0xb);
@@ -32,9 +33,11 @@ pub const HOST_B_MAC: [u8; 6] = [2, 0xb, 0, 0, 0, 2];
 /// Both entry objects over one set of pinned maps, in the test's own netns:
 /// `hosta`/`hostb` stand for the host sides of pods A and B, `uplink` for the
 /// uplink (2001:db8:1::1/64, default route via a router with a known MAC).
+/// `Node::with_xdp` adds the uplink's XDP object over the same maps.
 pub struct Node {
     pub pod: Ebpf,
     pub host: Ebpf,
+    pub xdp: Option<Ebpf>,
     _pins: PinDir,
     pub host_a: u32,
     pub host_b: u32,
@@ -43,6 +46,14 @@ pub struct Node {
 
 impl Node {
     pub fn new(test: &str, flags: u8) -> Node {
+        Node::build(test, flags, false)
+    }
+
+    pub fn with_xdp(test: &str) -> Node {
+        Node::build(test, 0, true)
+    }
+
+    fn build(test: &str, flags: u8, with_xdp: bool) -> Node {
         enter_netns();
         for (dev, mac) in [("hosta", HOST_A_MAC), ("hostb", HOST_B_MAC)] {
             ip(&format!("link add {dev} address {} type veth peer name {dev}peer", format_mac(&mac)));
@@ -59,14 +70,18 @@ impl Node {
         std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1").unwrap();
 
         let (mut pod, pins) = load_object(POD_OBJECT, &["v6n_from_pod", "v6n_to_pod"], test);
-        let (host, _) = load_object(HOST_OBJECT, &["v6n_from_dev", "v6n_to_dev"], test);
+        // Each load opens the maps the first one pinned; the pins go when
+        // the last guard does.
+        let (host, _host_pins) = load_object(HOST_OBJECT, &["v6n_from_dev", "v6n_to_dev"], test);
+        let xdp = with_xdp.then(|| load_object(XDP_OBJECT, &["v6n_xdp_uplink"], test));
+        let (xdp, _xdp_pins) = xdp.map_or((None, None), |(ebpf, pins)| (Some(ebpf), Some(pins)));
         let mut endpoints: HashMap<&mut MapData, EndpointKey, EndpointValue> =
             HashMap::try_from(pod.map_mut(maps::ENDPOINTS).unwrap()).unwrap();
         for (addr, dev, pod_mac, host_mac) in [(POD_A, "hosta", POD_A_MAC, HOST_A_MAC), (POD_B, "hostb", POD_B_MAC, HOST_B_MAC)] {
             let value = EndpointValue { ifindex: ifindex(dev), pod_mac, host_mac, flags, pad: [0; 3] };
             endpoints.insert(EndpointKey { addr: addr.octets() }, value, 0).unwrap();
         }
-        Node { pod, host, _pins: pins, host_a: ifindex("hosta"), host_b: ifindex("hostb"), uplink: ifindex("uplink") }
+        Node { pod, host, xdp, _pins: pins, host_a: ifindex("hosta"), host_b: ifindex("hostb"), uplink: ifindex("uplink") }
     }
 
     pub fn sent_by_pod(&self, packet: &[u8], device: u32) -> Run {
