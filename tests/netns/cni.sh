@@ -167,7 +167,8 @@ pass_if "pod c20 reaches pod c1" in_pod c20 ping -6 -c 1 -W 2 "$(addr_of c1)"
 valid=$(for i in b $(seq -f 'c%g' 1 10); do printf '{"containerID":"ctr-%s","ifname":"eth0"},' "$i"; done)
 pass_if "GC with 11 valid attachments" cni GC none eth0 ".[\"cni.dev/valid-attachments\"] = [${valid%,}]"
 pass_if "GC released the other 10 addresses" test "$(allocations)" = 11
-pass_if "GC removed their devices and endpoints" bash -c "[[ \$(nsenter --net=/run/netns/$node ip -o link show | grep -c ' v6n') == 11 ]] && nsenter --net=/run/netns/$node $bin status --json | jq -e '.pods.endpoints | length == 11'"
+# (Devices by name: an uplink's line names its XDP program, v6n_xdp_uplink.)
+pass_if "GC removed their devices and endpoints" bash -c "[[ \$(nsenter --net=/run/netns/$node ip -j link show | jq '[.[] | select(.ifname | startswith(\"v6n\"))] | length') == 11 ]] && nsenter --net=/run/netns/$node $bin status --json | jq -e '.pods.endpoints | length == 11'"
 
 # Bad input: a CNI error object, and nothing half-made.
 new_pod bad
