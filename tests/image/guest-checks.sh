@@ -204,11 +204,10 @@ hubble_socket_serves() {
 xdp_on_uplink() {
     local link
     link=$(ip -d link show "$uplink")
-    grep -A3 '^uplinks' /tmp/status.txt
-    ethtool -i "$uplink" | grep '^driver'
-    ethtool -l "$uplink" | grep -i combined | tr -s ' \t\n' ' '
-    echo
-    ethtool -k "$uplink" | grep -E '^(rx-checksumming|generic-receive-offload|large-receive-offload|rx-gro-hw):'
+    printf '%s, %s; %s\n' "$(ethtool -i "$uplink" | grep '^driver')" \
+        "$(ethtool -l "$uplink" 2>&1 | grep -i '^combined' | tail -1 | tr -s ' \t' ' ')" \
+        "$(ethtool -k "$uplink" | grep -E '^(rx-checksumming|generic-receive-offload|large-receive-offload):' | tr -s ' \n' ' ')"
+    grep -E "^  $uplink " <(sed -n '/^uplinks/,/^$/p' /tmp/status.txt)
     grep -qE "^  $uplink +xdp, then tc +native XDP in the driver" /tmp/status.txt &&
         grep -qE '\bxdp\b' <<<"$link" && ! grep -qE 'xdpgeneric' <<<"$link" || { echo "$link"; return 1; }
 }
