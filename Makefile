@@ -116,6 +116,7 @@ bench:
 	tests/bench/nodes
 	tests/bench/services
 	tests/bench/nodeport
+	tests/bench/xdp
 	tests/bench/bandwidth
 	tests/bench/in-image bandwidth
 	tests/bench/image
