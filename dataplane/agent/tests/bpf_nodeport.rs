@@ -19,7 +19,9 @@ use common::{
     run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_PASS, XDP_TX,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use v6node_abi::{maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR};
+use v6node_abi::{
+    maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR,
+};
 
 const NODE_PORT: u16 = 30080;
 const TARGET_PORT: u16 = 8080;
@@ -590,6 +592,22 @@ fn tc_alone(test: &str, setup: fn(&mut Node), frames: Vec<Vec<u8>>) -> Vec<Run> 
     .expect("the tc node's thread")
 }
 
+/// Runs `frames` through tc alone on one node and through XDP on another,
+/// both set up by `setup`: each frame goes back out of the uplink, XDP's
+/// byte for byte tc's. Returns the XDP node and tc's runs.
+fn xdp_sends_what_tc_sends(test: &str, setup: fn(&mut Node), frames: &[Vec<u8>]) -> (Node, Vec<Run>) {
+    let reference = tc_alone(&format!("{test}-tc"), setup, frames.to_vec());
+    let mut node = Node::with_xdp(test);
+    setup(&mut node);
+    for (i, (frame, tc)) in frames.iter().zip(&reference).enumerate() {
+        let (verdict, sent) = node.xdp_on_uplink(frame);
+        assert_eq!((tc.verdict, verdict), (TC_ACT_REDIRECT, XDP_TX), "{test}, frame {i}: back out of the uplink");
+        assert_eq!(sent, tc.packet, "{test}, frame {i}: the frame tc sends");
+        assert_well_formed(&sent);
+    }
+    (node, reference)
+}
+
 #[test]
 fn xdp_sends_a_connection_to_a_backend_on_another_node_and_its_replies_to_the_client_byte_for_byte_as_tc() {
     for proto in [TCP, UDP] {
@@ -603,16 +621,7 @@ fn xdp_sends_a_connection_to_a_backend_on_another_node_and_its_replies_to_the_cl
             segment(proto, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false),
             segment(proto, OTHER_POD, TARGET_PORT, MASQUERADE, CLIENT_PORT, false),
         ];
-        let reference = tc_alone(&format!("xdp-remote-tc-{proto}"), setup, frames.clone());
-
-        let mut node = Node::with_xdp(&format!("xdp-remote-{proto}"));
-        setup(&mut node);
-        for (i, (frame, tc)) in frames.iter().zip(&reference).enumerate() {
-            let (verdict, sent) = node.xdp_on_uplink(frame);
-            assert_eq!((tc.verdict, verdict), (TC_ACT_REDIRECT, XDP_TX), "proto {proto}, frame {i}: back out of the uplink");
-            assert_eq!(sent, tc.packet, "proto {proto}, frame {i}: the frame tc sends");
-            assert_well_formed(&sent);
-        }
+        let (node, reference) = xdp_sends_what_tc_sends(&format!("xdp-remote-{proto}"), setup, &frames);
         assert_eq!(tuple(&node.xdp_on_uplink(&frames[0]).1), (MASQUERADE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
         assert_eq!(tuple(&reference[2].packet), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
         assert_eq!(
@@ -620,7 +629,11 @@ fn xdp_sends_a_connection_to_a_backend_on_another_node_and_its_replies_to_the_cl
             (1, 3),
             "proto {proto}: counted under xdp"
         );
-        assert_eq!(node.ingress(Reason::V6N_REASON_LB_TRANSLATED) + node.ingress(Reason::V6N_REASON_LB_TRACKED), 0, "tc saw none");
+        assert_eq!(
+            node.ingress(Reason::V6N_REASON_LB_TRANSLATED) + node.ingress(Reason::V6N_REASON_LB_TRACKED),
+            0,
+            "tc saw none"
+        );
     }
 }
 
@@ -673,20 +686,41 @@ fn xdp_sends_direct_server_return_with_the_frontend_header_byte_for_byte_as_tc()
             segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, true),
             segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, false),
         ];
-        let reference = tc_alone(&format!("xdp-dsr-tc-{proto}"), setup, frames.clone());
-
-        let mut node = Node::with_xdp(&format!("xdp-dsr-{proto}"));
-        setup(&mut node);
-        for (i, (frame, tc)) in frames.iter().zip(&reference).enumerate() {
-            let (verdict, sent) = node.xdp_on_uplink(frame);
-            assert_eq!((tc.verdict, verdict), (TC_ACT_REDIRECT, XDP_TX), "proto {proto}, frame {i}");
-            assert_eq!(sent, tc.packet, "proto {proto}, frame {i}: the frame tc sends");
-        }
+        let (_, reference) = xdp_sends_what_tc_sends(&format!("xdp-dsr-{proto}"), setup, &frames);
         let (frontend, bare) = frontend_header(&reference[0].packet).expect("the first frame names its frontend");
         assert_eq!(frontend, (VIP, LB_PORT));
         assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's address kept");
         assert_eq!(frontend_header(&reference[1].packet).is_some(), proto == UDP);
     }
+}
+
+#[test]
+fn xdp_keeps_a_quarantined_backends_flows_and_gives_it_no_new_ones_until_it_recovers() {
+    // A backend that is not ready (its readiness probe fails) or is
+    // terminating stays listed (v6n_backends) but leaves Maglev's table.
+    const OTHER_POD_2: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 3, 0, 0, 0, 0x6);
+    let mut node = Node::with_xdp("xdp-quarantine");
+    node.node_port(UDP, &[(OTHER_POD, TARGET_PORT), (OTHER_POD_2, TARGET_PORT)], None);
+    let frame = |port: u16| segment(UDP, REMOTE, port, NODE, NODE_PORT, false);
+    let backend_of = |node: &Node, port: u16| {
+        let (verdict, sent) = node.xdp_on_uplink(&frame(port));
+        assert_eq!(verdict, XDP_TX, "client port {port}");
+        tuple(&sent).2
+    };
+    let ports: Vec<u16> = (0..32).map(|i| CLIENT_PORT + i).collect();
+    let given: Vec<Ipv6Addr> = ports.iter().map(|&p| backend_of(&node, p)).collect();
+    let (quarantined, healthy, quarantined_id) =
+        if given[0] == OTHER_POD { (OTHER_POD, OTHER_POD_2, 100) } else { (OTHER_POD_2, OTHER_POD, 101) };
+
+    set_external(&mut node.host, addr(NODE, NODE_PORT), UDP, &[if quarantined_id == 100 { 101 } else { 100 }]);
+    for (&port, &before) in ports.iter().zip(&given) {
+        assert_eq!(backend_of(&node, port), before, "client port {port}: its flow stays where it was");
+    }
+    assert!((100..132).all(|p| backend_of(&node, p) == healthy), "new flows only to the healthy backend");
+
+    set_external(&mut node.host, addr(NODE, NODE_PORT), UDP, &[100, 101]);
+    let recovered: std::collections::BTreeSet<Ipv6Addr> = (200..232).map(|p| backend_of(&node, p)).collect();
+    assert!(recovered.contains(&quarantined), "back from quarantine: new flows reach it again");
 }
 
 /// Packets counted under `direction`, whatever the reason.

@@ -25,7 +25,6 @@ use v6node_abi::{Direction, EventKind, Reason};
 static XDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp.bpf.o"));
 static HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
 
-
 const NODE: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x6e, 0, 0, 0, 0, 0, 2);
 const DENIED_NET: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xbad, 0, 0, 0, 0, 0, 0);
 const DENIED: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xbad, 0, 0, 0, 0, 0, 7);
