@@ -79,6 +79,14 @@ impl AttachPoint {
         AttachPoint::Xdp,
     ];
 
+    /// Whether the program runs at tc (a tcx link, a clsact filter or a
+    /// netkit link): all but XDP.
+    pub fn at_tc(self) -> bool {
+        self != AttachPoint::Xdp
+    }
+
+    /// The tc side a program runs at; XDP's, which has none, is named as
+    /// ingress, where its frames go next.
     fn tc(self) -> TcAttachType {
         match self {
             AttachPoint::Ingress | AttachPoint::Nat64 | AttachPoint::FromPod | AttachPoint::Xdp => TcAttachType::Ingress,
@@ -551,7 +559,7 @@ impl Attacher {
                 Err(e) => log::error!("{device} {}: cannot remove {}: {e}", direction.name(), pin.display()),
             }
         }
-        for old in previous.iter().filter(|a| a.mode == Hook::Clsact && a.error.is_none() && a.direction != AttachPoint::Xdp) {
+        for old in previous.iter().filter(|a| a.mode == Hook::Clsact && a.error.is_none()) {
             let target = wanted.get(&(old.device.clone(), old.direction));
             if mode == TcMode::Clsact && target.is_some_and(|t| !t.netkit && t.ifindex == old.ifindex) {
                 continue;

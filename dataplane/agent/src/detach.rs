@@ -27,13 +27,13 @@ pub fn detach_all(paths: &Paths, force: bool) -> Result<()> {
     for (device, direction, pin) in pinned_links(paths) {
         let _ = fs::remove_file(program_pin(paths, &device, direction));
         fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
-        println!("detached {device} {} (tcx link {})", direction.name(), pin.display());
+        println!("detached {device} {} (link {})", direction.name(), pin.display());
         removed += 1;
     }
     // clsact filters are found by their fixed priority and handle on every
     // device, since no pin records them.
     for device in netdev::devices()?.keys() {
-        for direction in AttachPoint::ALL {
+        for direction in AttachPoint::ALL.into_iter().filter(|d| d.at_tc()) {
             if detach_clsact(device, direction).is_ok() {
                 println!("detached {device} {} (clsact filter)", direction.name());
                 removed += 1;

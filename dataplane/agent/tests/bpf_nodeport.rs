@@ -648,6 +648,10 @@ fn xdp_leaves_a_backend_on_this_node_to_tc_untouched_with_nothing_recorded() {
     assert_eq!(counted_under(&node, Direction::V6N_DIRECTION_XDP), 0);
     let run = node.arrived_on_uplink(&frame);
     assert_eq!((run.verdict, tuple(&run.packet).2), (TC_ACT_REDIRECT, POD_A), "tc delivers it into the pod");
+    // The connection tc now tracks stays tc's.
+    let next = segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false);
+    assert_eq!(node.xdp_on_uplink(&next), (XDP_PASS, next.clone()));
+    assert_eq!(counted_under(&node, Direction::V6N_DIRECTION_XDP), 0);
 }
 
 #[test]

@@ -46,9 +46,9 @@ static __always_inline void v6n_xdp_csum_replace(__u16 *sum, __u32 diff, int udp
 		*sum = 0xffff;
 }
 
-/* The largest transport header offset a frame XDP rewrites can have: an
- * Ethernet and an IPv6 header (a jumbo option never reaches a driver). */
-#define V6N_XDP_L4_MAX V6N_L4_OFFSET
+/* Where the transport header of a frame XDP rewrites starts: right after
+ * the Ethernet and IPv6 headers (a jumbo option never reaches a driver). */
+#define V6N_XDP_L4_OFFSET V6N_L4_OFFSET
 
 /*
  * Rewrites the frame of `flow` to leave as `out`, as v6n_ct_rewrite does
@@ -64,10 +64,10 @@ static __always_inline int v6n_xdp_rewrite(struct xdp_md *ctx, const struct v6n_
 	int udp = flow->key.proto == IPPROTO_UDP;
 	__u32 l4 = flow->l4_offset;
 
-	if (l4 != V6N_XDP_L4_MAX)
+	if (l4 != V6N_XDP_L4_OFFSET)
 		return -1;
-	__be16 *ports = data + V6N_XDP_L4_MAX;
-	__u16 *sum = data + V6N_XDP_L4_MAX +
+	__be16 *ports = data + V6N_XDP_L4_OFFSET;
+	__u16 *sum = data + V6N_XDP_L4_OFFSET +
 		     (udp ? __builtin_offsetof(struct udphdr, check) : __builtin_offsetof(struct tcphdr, check));
 	if ((void *)(ip6 + 1) > data_end || (void *)(ports + 2) > data_end || (void *)(sum + 1) > data_end)
 		return -1;
@@ -185,6 +185,9 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 	struct v6n_ct_value *entry = v6n_ct_lookup(flow, now);
 	if (entry) {
 		if (!(entry->flags & V6N_CT_REPLY)) {
+			/* A pod here: tc delivers it, and looks the entry up itself. */
+			if (v6n_endpoint((const struct in6_addr *)entry->daddr))
+				return V6N_REASON_PASS;
 			/* A backend that left: tc ends the connection. */
 			struct v6n_l4_addr *backend = bpf_map_lookup_elem(&v6n_backends, &entry->backend_id);
 			if (!backend || !v6n_same_addr(backend->addr, entry->daddr) || backend->port != entry->dport)
