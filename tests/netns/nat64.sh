@@ -347,11 +347,13 @@ nat64_ids=$(jq_status '[.links[] | select(.direction == "nat64") | .program_id] 
 kill "$agent"
 wait "$agent" 2>/dev/null
 pass_if "detach --force removes the translator too" bash -c "nsenter --net=/run/netns/$gw $bin detach --force | grep -q 'detached gw6 nat64'"
-# By id: other tests may load programs of the same name meanwhile.
+# By id: other tests may load programs of the same name meanwhile. The
+# kernel frees a released program after a grace period; on a loaded
+# machine, with the uplinks' XDP being torn down too, that took over 2 s.
 programs_gone() {
     local id
     [[ -n "$nat64_ids" ]] || return 1
-    for _ in $(seq 40); do
+    for _ in $(seq 200); do
         local alive=0
         for id in $nat64_ids; do bpftool prog show id "$id" >/dev/null 2>&1 && alive=1; done
         ((alive)) || return 0
