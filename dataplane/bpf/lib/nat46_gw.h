@@ -185,11 +185,97 @@ static __always_inline int v6n_nat46_open(const struct v6n_nat64_config *cfg, st
 }
 
 /*
- * IPv4 client -> VIP: finds or makes the flow, writes the backend's port
- * into the packet and hands the translator the embedded client as *client
- * and the backend as *backend. `l4` is V6N_NAT64_L4(offset, protocol).
- * Returns 0, a drop reason, or V6N_NAT46_NOT_A_FRONTEND. Out of line, with
- * its keys in per-CPU scratch: the translator's stack is full.
+ * IPv4 client -> VIP, the state: finds or makes the flow of the packet
+ * from s->ipv4_addrs[0] to s->ipv4_addrs[1] that s->l4 describes (TCP or
+ * UDP). The embedded client becomes *client, the backend *backend and its
+ * port s->port_out; s->made says whether this packet made the flow.
+ * Returns 0, a drop reason, or V6N_NAT46_NOT_A_FRONTEND. Touches no
+ * packet: tc and XDP write the port each their own way.
+ */
+static __always_inline int v6n_nat46_inbound_flow(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s,
+						  struct in6_addr *client, struct in6_addr *backend, __u64 now)
+{
+	__u8 proto = s->l4.proto;
+	int reason;
+
+	s->made = 0;
+	struct v6n_nat46_frontend_key fkey = { .port = s->l4.port, .proto = proto };
+	__builtin_memcpy(fkey.addr, &s->ipv4_addrs[1], 4);
+	struct v6n_nat46_frontend *fe = bpf_map_lookup_elem(&v6n_nat46_frontends, &fkey);
+	if (!fe)
+		return V6N_NAT46_NOT_A_FRONTEND;
+
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
+	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&s->ipv4_addrs[1]);
+	__builtin_memcpy(&s->client_key.sport, s->l4_header, 2);
+	s->client_key.dport = s->l4.port;
+	s->client_key.proto = proto;
+
+	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	if (!out || out->frontend_id != fe->id || !v6n_nat46_backend_stays(out)) {
+		reason = v6n_nat46_open(cfg, s, fe, now);
+		if (reason)
+			return reason;
+		s->made = 1;
+		out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+		if (!out)
+			return V6N_REASON_DROP_NAT46_STATE_FULL;
+	}
+	v6n_nat64_touch(out, &s->l4, 0, now);
+	v6n_nat46_embed(cfg, s->ipv4_addrs[0], client);
+	__builtin_memcpy(backend, out->daddr, 16);
+	s->port_out = out->dport;
+	return 0;
+}
+
+/* The flow event's note for a packet that made its flow (s->made). */
+static __always_inline void v6n_nat46_note(const struct v6n_nat64_scratch *s)
+{
+	v6n_event_note_xlat(V6N_EVENT_NAT46, 0, s->client_key.saddr, s->client_key.sport, s->client_key.daddr,
+			    s->client_key.dport);
+}
+
+/*
+ * Backend -> embedded client, the state: the flow of the reply whose
+ * addresses are in s->pool_key (saddr, daddr) and whose transport s->l4
+ * describes (TCP or UDP). Returns the VIP (positive) for the translator's
+ * IPv4 source or a drop reason negated; the flow's VIP port becomes
+ * s->port_out. Touches no packet.
+ */
+static __always_inline __s64 v6n_nat46_outbound_flow(struct v6n_nat64_scratch *s, __u64 now)
+{
+	s->pool_key.sport = s->l4.port;
+	__builtin_memcpy(&s->pool_key.dport, s->l4_header + 2, 2);
+	s->pool_key.proto = s->l4.proto;
+
+	struct v6n_ct_value *reverse = bpf_map_lookup_elem(&v6n_nat46_state, &s->pool_key);
+	if (!reverse)
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	v6n_nat46_forward_key(&s->client_key, reverse, s->l4.proto);
+	struct v6n_ct_value *flow = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	/* A flow moved to another backend leaves its old reverse entry behind
+	 * until the agent's sweep: its packets are no longer the flow's. */
+	if (!flow || flow->dport != s->pool_key.sport || !v6n_bytes_eq(flow->daddr, s->pool_key.saddr, 16))
+		return -V6N_REASON_DROP_NAT46_NO_FLOW;
+	v6n_nat64_touch(flow, &s->l4, 1, now);
+	s->port_out = reverse->sport;
+	__be32 vip;
+	__builtin_memcpy(&vip, reverse->saddr + 12, 4);
+	return (__s64)(__u32)vip;
+}
+
+/* --- tc's alone ------------------------------------------------------------------ */
+
+/* What follows reads and writes socket buffers; an XDP object
+ * (V6N_CTX_XDP, lib/xlat_xdp.h) takes the state parts above only. */
+#ifndef V6N_CTX_XDP
+
+/*
+ * IPv4 client -> VIP at tc: v6n_nat46_inbound_flow, and the backend's port
+ * written into the packet. `l4` is V6N_NAT64_L4(offset, protocol). Returns
+ * 0, a drop reason, or V6N_NAT46_NOT_A_FRONTEND. Out of line, with its keys
+ * in per-CPU scratch: the translator's stack is full.
  */
 static __noinline int v6n_nat46_inbound(struct __sk_buff *skb, __u32 l4, struct in6_addr *client, struct in6_addr *backend)
 {
@@ -211,43 +297,20 @@ static __noinline int v6n_nat46_inbound(struct __sk_buff *skb, __u32 l4, struct 
 	reason = v6n_nat64_read_l4(skb, proto, l4 >> 8, 1, &s->l4, s->l4_header);
 	if (reason)
 		return reason;
-
-	struct v6n_nat46_frontend_key fkey = { .port = s->l4.port, .proto = proto };
-	__builtin_memcpy(fkey.addr, &s->ipv4_addrs[1], 4);
-	struct v6n_nat46_frontend *fe = bpf_map_lookup_elem(&v6n_nat46_frontends, &fkey);
-	if (!fe)
-		return V6N_NAT46_NOT_A_FRONTEND;
-
-	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
-	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
-	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&s->ipv4_addrs[1]);
-	__builtin_memcpy(&s->client_key.sport, s->l4_header, 2);
-	s->client_key.dport = s->l4.port;
-	s->client_key.proto = proto;
-
-	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
-	if (!out || out->frontend_id != fe->id || !v6n_nat46_backend_stays(out)) {
-		reason = v6n_nat46_open(cfg, s, fe, now);
-		if (reason)
-			return reason;
-		v6n_event_note_xlat(V6N_EVENT_NAT46, 0, s->client_key.saddr, s->client_key.sport, s->client_key.daddr,
-				    s->client_key.dport);
-		out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
-		if (!out)
-			return V6N_REASON_DROP_NAT46_STATE_FULL;
-	}
-	v6n_nat64_touch(out, &s->l4, 0, now);
-	v6n_nat46_embed(cfg, s->ipv4_addrs[0], client);
-	__builtin_memcpy(backend, out->daddr, 16);
-	return v6n_nat64_write_port(skb, &s->l4, out->dport);
+	reason = v6n_nat46_inbound_flow(cfg, s, client, backend, now);
+	if (reason)
+		return reason;
+	if (s->made)
+		v6n_nat46_note(s);
+	return v6n_nat64_write_port(skb, &s->l4, s->port_out);
 }
 
 /*
- * Backend -> embedded client (TCP, UDP or ICMPv6 at V6N_NAT64_L4(offset,
- * protocol) `l4`, no extension headers before it): the flow's VIP port goes
- * into the packet. Returns the VIP (positive) for the translator's IPv4
- * source, 0 for an ICMPv6 error (whose VIP the error translation finds by the
- * flow it quotes), or a drop reason negated.
+ * Backend -> embedded client at tc (TCP, UDP or ICMPv6 at V6N_NAT64_L4(
+ * offset, protocol) `l4`, no extension headers before it): the flow's VIP
+ * port goes into the packet. Returns the VIP (positive) for the
+ * translator's IPv4 source, 0 for an ICMPv6 error (whose VIP the error
+ * translation finds by the flow it quotes), or a drop reason negated.
  */
 static __noinline __s64 v6n_nat46_outbound(struct __sk_buff *skb, __u32 l4)
 {
@@ -269,26 +332,13 @@ static __noinline __s64 v6n_nat46_outbound(struct __sk_buff *skb, __u32 l4)
 	__builtin_memset(&s->pool_key, 0, sizeof(s->pool_key));
 	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET + 8, s->pool_key.saddr, 32) < 0)
 		return -V6N_REASON_DROP_MALFORMED;
-	s->pool_key.sport = s->l4.port;
-	__builtin_memcpy(&s->pool_key.dport, s->l4_header + 2, 2);
-	s->pool_key.proto = s->l4.proto;
-
-	struct v6n_ct_value *reverse = bpf_map_lookup_elem(&v6n_nat46_state, &s->pool_key);
-	if (!reverse)
-		return -V6N_REASON_DROP_NAT46_NO_FLOW;
-	v6n_nat46_forward_key(&s->client_key, reverse, s->l4.proto);
-	struct v6n_ct_value *flow = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
-	/* A flow moved to another backend leaves its old reverse entry behind
-	 * until the agent's sweep: its packets are no longer the flow's. */
-	if (!flow || flow->dport != s->pool_key.sport || !v6n_bytes_eq(flow->daddr, s->pool_key.saddr, 16))
-		return -V6N_REASON_DROP_NAT46_NO_FLOW;
-	v6n_nat64_touch(flow, &s->l4, 1, now);
-	reason = v6n_nat64_write_port(skb, &s->l4, reverse->sport);
+	__s64 vip = v6n_nat46_outbound_flow(s, now);
+	if (vip < 0)
+		return vip;
+	reason = v6n_nat64_write_port(skb, &s->l4, s->port_out);
 	if (reason)
 		return -reason;
-	__be32 vip;
-	__builtin_memcpy(&vip, reverse->saddr + 12, 4);
-	return (__s64)(__u32)vip;
+	return vip;
 }
 
 /* --- ICMP errors about a flow's packets ------------------------------------------- */
@@ -383,5 +433,7 @@ static __noinline int v6n_nat46_inbound_error(struct __sk_buff *skb)
 	error->error_port_at = 0 + 1;
 	return 0;
 }
+
+#endif /* !V6N_CTX_XDP */
 
 #endif /* V6NODE_LIB_NAT46_GW_H */

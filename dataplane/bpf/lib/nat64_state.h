@@ -96,6 +96,8 @@ struct v6n_nat64_scratch {
 	__be32 pool_addr; /* the address a new binding borrows from */
 	__u8 l4_header[16]; /* the transport header's first bytes */
 	__be32 ipv4_addrs[2]; /* inbound: the server, the pool address */
+	__be16 port_out;      /* the port the packet leaves with */
+	__u8 made;            /* the packet made its binding (NAT64) or flow (NAT46) */
 	__u8 quote[48];       /* an ICMP error's quoted header and 8 bytes */
 };
 
@@ -194,32 +196,28 @@ static __always_inline void v6n_nat64_touch(struct v6n_ct_value *binding, const 
 }
 
 /*
- * Reads the transport fields of a TCP, UDP or ICMP echo packet at l4_offset;
- * `nexthdr` is the packet's own protocol number (ICMPv6 outbound, ICMP
- * inbound). Returns 0 or a drop reason.
+ * The transport fields of a TCP, UDP or ICMP echo packet at l4_offset from
+ * `h`, its header's first v6n_nat64_l4_bytes(nexthdr) bytes; `nexthdr` is
+ * the packet's own protocol number (ICMPv6 outbound, ICMP inbound). Returns
+ * 0 or a drop reason. Reads no packet: tc and XDP fetch the bytes each
+ * their own way.
  */
-static __always_inline int v6n_nat64_read_l4(struct __sk_buff *skb, __u8 nexthdr, __u32 l4_offset, int inbound,
-					     struct v6n_nat64_l4 *l4, __u8 *h)
+static __always_inline int v6n_nat64_parse_l4(__u8 nexthdr, __u32 l4_offset, int inbound, struct v6n_nat64_l4 *l4,
+					      const __u8 *h)
 {
 	__builtin_memset(l4, 0, sizeof(*l4));
 	l4->port_offset = l4_offset + (inbound ? 2 : 0);
 	if (nexthdr == IPPROTO_TCP) {
-		if (bpf_skb_load_bytes(skb, l4_offset, h, 14) < 0)
-			return V6N_REASON_DROP_MALFORMED;
 		l4->proto = IPPROTO_TCP;
 		l4->tcp_flags = h[13];
 		l4->may_bind = (h[13] & (V6N_TCP_SYN | V6N_TCP_ACK | V6N_TCP_RST)) == V6N_TCP_SYN;
 		l4->csum_offset = l4_offset + 16;
 	} else if (nexthdr == IPPROTO_UDP) {
-		if (bpf_skb_load_bytes(skb, l4_offset, h, 8) < 0)
-			return V6N_REASON_DROP_MALFORMED;
 		l4->proto = IPPROTO_UDP;
 		l4->may_bind = 1;
 		l4->is_udp = 1;
 		l4->csum_offset = l4_offset + 6;
 	} else if (nexthdr == IPPROTO_ICMPV6 || nexthdr == IPPROTO_ICMP) {
-		if (bpf_skb_load_bytes(skb, l4_offset, h, 8) < 0)
-			return V6N_REASON_DROP_MALFORMED;
 		__u8 request = nexthdr == IPPROTO_ICMPV6 ? ICMPV6_ECHO_REQUEST : ICMP_ECHO;
 		__u8 reply = nexthdr == IPPROTO_ICMPV6 ? ICMPV6_ECHO_REPLY : ICMP_ECHOREPLY;
 
@@ -236,6 +234,26 @@ static __always_inline int v6n_nat64_read_l4(struct __sk_buff *skb, __u8 nexthdr
 	}
 	__builtin_memcpy(&l4->port, h + (inbound ? 2 : 0), 2);
 	return 0;
+}
+
+/* How many bytes of the transport header v6n_nat64_parse_l4 reads: TCP's
+ * flags are its 14th byte. */
+static __always_inline __u32 v6n_nat64_l4_bytes(__u8 nexthdr)
+{
+	return nexthdr == IPPROTO_TCP ? 14 : 8;
+}
+
+/* v6n_nat64_parse_l4 on a socket buffer's packet, read into `h`. */
+static __always_inline int v6n_nat64_read_l4(struct __sk_buff *skb, __u8 nexthdr, __u32 l4_offset, int inbound,
+					     struct v6n_nat64_l4 *l4, __u8 *h)
+{
+	if (nexthdr != IPPROTO_TCP && nexthdr != IPPROTO_UDP && nexthdr != IPPROTO_ICMPV6 && nexthdr != IPPROTO_ICMP) {
+		__builtin_memset(l4, 0, sizeof(*l4));
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	}
+	if (bpf_skb_load_bytes(skb, l4_offset, h, v6n_nat64_l4_bytes(nexthdr)) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	return v6n_nat64_parse_l4(nexthdr, l4_offset, inbound, l4, h);
 }
 
 /* Writes the client's or the pool's port in place of the other. The
@@ -426,31 +444,24 @@ static __always_inline int v6n_nat64_permitted(const struct v6n_ct_key *permit_k
 }
 
 /*
- * IPv6 client -> IPv4 server: finds or makes the client's binding and
- * writes its pool port into the packet. `l4` is V6N_NAT64_L4(offset, the
- * packet's protocol). Returns the pool address (a non-negative value), or a
- * drop reason negated. Out of line, with its keys in per-CPU scratch: the
- * translator's stack is full.
+ * IPv6 client -> IPv4 server, the state: finds or makes the binding of the
+ * client whose packet s->l4 describes. Returns the pool address (a
+ * non-negative value) or a drop reason negated; the packet's port becomes
+ * s->pool_key.dport, and s->made says whether this packet made the binding.
+ * Touches no packet: tc and XDP write the port each their own way.
  */
-static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct in6_addr *client, __be32 server, __u32 l4)
+static __always_inline __s64 v6n_nat64_outbound_binding(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s,
+							const struct in6_addr *client, __be32 server, __u64 now)
 {
-	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
-	__u64 now = bpf_ktime_get_ns();
 	int reason;
 
-	if (!cfg || !s)
-		return -V6N_REASON_DROP_UNMAPPED;
-	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 0, &s->l4, s->l4_header);
-	if (reason)
-		return -reason;
+	s->made = 0;
 	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
 	__builtin_memcpy(s->client_key.saddr, client, 16);
 	s->client_key.sport = s->l4.port;
 	s->client_key.proto = s->l4.proto;
 
 	struct v6n_ct_value *binding = NULL;
-	int bound = 0;
 	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat64_state, &s->client_key);
 	if (out) {
 		v6n_nat64_pool_key(&s->pool_key, out->saddr + 12, out->sport, s->l4.proto);
@@ -468,7 +479,7 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 		binding = bpf_map_lookup_elem(&v6n_nat64_state, &s->pool_key);
 		if (!binding)
 			return -V6N_REASON_DROP_STATE_FULL;
-		bound = 1;
+		s->made = 1;
 	}
 	v6n_nat64_touch(binding, &s->l4, 0, now);
 	if (cfg->filtering == V6N_NAT64_FILTER_ADDRESS_DEPENDENT) {
@@ -482,37 +493,20 @@ static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct i
 				return -V6N_REASON_DROP_STATE_FULL;
 		}
 	}
-	reason = v6n_nat64_write_port(skb, &s->l4, s->pool_key.dport);
-	if (reason)
-		return -reason;
-	if (bound)
-		v6n_event_note_nat64(s->client_key.saddr, s->client_key.sport, server);
 	__be32 pool;
 	__builtin_memcpy(&pool, s->pool_key.daddr + 12, 4);
 	return (__s64)(__u32)pool;
 }
 
 /*
- * IPv4 server -> pool address: the binding's client becomes *client and
- * its port goes back into the packet. `l4` as for v6n_nat64_outbound; the
- * addresses are read from the packet, which keeps this frame small enough
- * to sit under the translator's largest.
- * Returns 0 or the reason to drop.
+ * IPv4 server -> pool address, the state: the binding of the pool port
+ * s->l4 describes, for the packet from s->ipv4_addrs[0] to
+ * s->ipv4_addrs[1]. Its client becomes *client and its port s->port_out.
+ * Returns 0 or the reason to drop. Touches no packet.
  */
-static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct in6_addr *client)
+static __always_inline int v6n_nat64_inbound_binding(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s,
+						     struct in6_addr *client, __u64 now)
 {
-	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
-	__u64 now = bpf_ktime_get_ns();
-	int reason;
-
-	if (!cfg || !s)
-		return V6N_REASON_DROP_NO_BINDING;
-	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET + 12, s->ipv4_addrs, 8) < 0)
-		return V6N_REASON_DROP_MALFORMED;
-	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 1, &s->l4, s->l4_header);
-	if (reason)
-		return reason;
 	v6n_nat64_pool_key(&s->pool_key, (const __u8 *)&s->ipv4_addrs[1], s->l4.port, s->l4.proto);
 	struct v6n_ct_value *binding = v6n_nat64_live(cfg, &s->pool_key, now);
 	if (!binding)
@@ -529,7 +523,71 @@ static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct 
 	}
 	__builtin_memcpy(client, binding->daddr, 16);
 	v6n_nat64_touch(binding, &s->l4, 1, now);
-	return v6n_nat64_write_port(skb, &s->l4, binding->dport);
+	s->port_out = binding->dport;
+	return 0;
+}
+
+/* --- tc's alone ------------------------------------------------------------------ */
+
+/* What follows reads and writes socket buffers; an XDP object
+ * (V6N_CTX_XDP, lib/xlat_xdp.h) takes the state parts above only. */
+#ifndef V6N_CTX_XDP
+
+/*
+ * IPv6 client -> IPv4 server at tc: v6n_nat64_outbound_binding, and the
+ * pool port written into the packet. `l4` is V6N_NAT64_L4(offset, the
+ * packet's protocol). Returns the pool address (a non-negative value), or a
+ * drop reason negated. Out of line, with its keys in per-CPU scratch: the
+ * translator's stack is full.
+ */
+static __noinline __s64 v6n_nat64_outbound(struct __sk_buff *skb, const struct in6_addr *client, __be32 server, __u32 l4)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
+	__u64 now = bpf_ktime_get_ns();
+	int reason;
+
+	if (!cfg || !s)
+		return -V6N_REASON_DROP_UNMAPPED;
+	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 0, &s->l4, s->l4_header);
+	if (reason)
+		return -reason;
+	__s64 pool = v6n_nat64_outbound_binding(cfg, s, client, server, now);
+	if (pool < 0)
+		return pool;
+	reason = v6n_nat64_write_port(skb, &s->l4, s->pool_key.dport);
+	if (reason)
+		return -reason;
+	if (s->made)
+		v6n_event_note_nat64(s->client_key.saddr, s->client_key.sport, server);
+	return pool;
+}
+
+/*
+ * IPv4 server -> pool address at tc: v6n_nat64_inbound_binding, and the
+ * client's port written back into the packet. `l4` as for
+ * v6n_nat64_outbound; the addresses are read from the packet, which keeps
+ * this frame small enough to sit under the translator's largest.
+ * Returns 0 or the reason to drop.
+ */
+static __noinline int v6n_nat64_inbound(struct __sk_buff *skb, __u32 l4, struct in6_addr *client)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	struct v6n_nat64_scratch *s = v6n_nat64_scratch_get();
+	__u64 now = bpf_ktime_get_ns();
+	int reason;
+
+	if (!cfg || !s)
+		return V6N_REASON_DROP_NO_BINDING;
+	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET + 12, s->ipv4_addrs, 8) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	reason = v6n_nat64_read_l4(skb, l4 & 0xff, l4 >> 8, 1, &s->l4, s->l4_header);
+	if (reason)
+		return reason;
+	reason = v6n_nat64_inbound_binding(cfg, s, client, now);
+	if (reason)
+		return reason;
+	return v6n_nat64_write_port(skb, &s->l4, s->port_out);
 }
 
 /* --- ICMP errors about a binding's packets, and hairpinning ---------------------- */
@@ -681,5 +739,7 @@ static __noinline int v6n_nat64_inbound_error(struct __sk_buff *skb)
 	error->error_port_at = at + 1;
 	return 0;
 }
+
+#endif /* !V6N_CTX_XDP */
 
 #endif /* V6NODE_LIB_NAT64_STATE_H */

@@ -48,6 +48,7 @@ struct v6n_frag_hdr {
 #define V6N_IP4_MF 0x2000
 #define V6N_IP4_OFFSET 0x1fff
 
+#ifndef V6N_CTX_XDP /* tc's alone, as the ICMP errors below */
 /* Per-CPU room for checksumming quoted data: the BPF stack is 512 bytes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -94,6 +95,7 @@ __noinline __s64 v6n_csum_packet(struct __sk_buff *skb, __u32 off, __u32 len)
 	}
 	return len > 3 ? -1 : sum;
 }
+#endif /* !V6N_CTX_XDP */
 
 /*
  * Errors the translator sends are rate limited, as the kernel limits its own
@@ -118,6 +120,7 @@ static __always_inline int v6n_icmp_error_allowed(void)
 	return bucket && v6n_take_token(bucket, V6N_ICMP_ERRORS_PER_SEC, V6N_ICMP_ERRORS_BURST, bpf_ktime_get_ns());
 }
 
+#ifndef V6N_CTX_XDP /* the error senders are tc's alone */
 /*
  * Replaces the IPv6 packet in skb by an ICMPv6 error about it, addressed to
  * its source from the address the kernel would pick for that route, and sends
@@ -242,6 +245,8 @@ static __noinline int v6n_icmp4_error(struct __sk_buff *skb, __u8 type, __u8 cod
 	return v6n_redirect(skb, &fib, rc);
 }
 
+#endif /* !V6N_CTX_XDP */
+
 /*
  * Result of translating one packet: a tc action and the counter's reason,
  * packed in one register so that out-of-line parts can return it (BPF
@@ -267,6 +272,7 @@ enum {
 	V6N_ACT_TOO_BIG = 66,         /* answer with Packet Too Big / Fragmentation Needed */
 };
 
+#ifndef V6N_CTX_XDP
 /*
  * The last step of every translation: to the next hop the FIB found, or to
  * the kernel (local destinations, DF-clear packets the next hop must
@@ -278,5 +284,6 @@ static __always_inline v6n_outcome v6n_deliver(struct __sk_buff *skb, struct bpf
 		return V6N_OUTCOME(v6n_redirect(skb, fib, rc), V6N_REASON_XLAT_FORWARDED);
 	return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_STACK);
 }
+#endif /* !V6N_CTX_XDP */
 
 #endif /* V6NODE_LIB_XLAT_H */
