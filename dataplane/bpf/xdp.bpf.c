@@ -7,7 +7,10 @@
  * - a denied source's frames (v6n_deny_src) are dropped;
  * - Services reached from outside whose backend is on another node, and a
  *   masquerading node's replies to their clients, are translated and sent
- *   back out of the uplink (lib/nodeport_xdp.h).
+ *   back out of the uplink (lib/nodeport_xdp.h);
+ * - on the devices in nat64.devices, the translator's common packets
+ *   (stateless NAT46/64, stateful NAT64, the NAT46 gateway) are translated
+ *   and sent back out of the uplink (lib/xlat_xdp.h).
  *
  * What XDP decides is counted under V6N_DIRECTION_XDP, with the flow event
  * every verdict has. Everything else passes, unrecorded, to tc's
@@ -27,6 +30,24 @@
 #include "lib/maps.h"
 #include "lib/nodeport_xdp.h"
 #include "lib/verdict.h"
+#include "lib/xlat_xdp.h"
+
+/* NodePort for an IPv6 frame. Out of line, as the translator is: their
+ * frames are never on the stack together. */
+static __noinline v6n_outcome v6n_xdp_nodeport(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct v6n_flow flow = {};
+	int action = XDP_PASS;
+
+	if (v6n_flow_parse(data, data_end, &flow) < 0)
+		return V6N_XDP_TO_TC;
+	enum v6n_reason reason = v6n_nodeport_xdp(ctx, &flow, &action);
+	if (reason == V6N_REASON_PASS)
+		return V6N_XDP_TO_TC;
+	return V6N_OUTCOME(action, reason);
+}
 
 SEC("xdp.frags")
 int v6n_xdp_uplink(struct xdp_md *ctx)
@@ -35,7 +56,14 @@ int v6n_xdp_uplink(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	v6n_outcome outcome;
 
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		outcome = v6n_xlat_xdp(ctx, eth->h_proto);
+		goto out;
+	}
 	if ((void *)(ip6 + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6) || ip6->version != 6)
 		return XDP_PASS;
 
@@ -45,15 +73,14 @@ int v6n_xdp_uplink(struct xdp_md *ctx)
 	if (bpf_map_lookup_elem(&v6n_deny_src, &key))
 		return v6n_exit(ctx, V6N_DIRECTION_XDP, V6N_REASON_DROP_DENIED_SOURCE, XDP_DROP);
 
-	struct v6n_flow flow = {};
-	int action = XDP_PASS;
-
-	if (v6n_flow_parse(data, data_end, &flow) < 0)
+	outcome = v6n_xdp_nodeport(ctx);
+	/* After NodePort, as tc runs the translator after v6n_from_dev. */
+	if (V6N_OUTCOME_REASON(outcome) == V6N_REASON_PASS)
+		outcome = v6n_xlat_xdp(ctx, bpf_htons(ETH_P_IPV6));
+out:
+	if (V6N_OUTCOME_REASON(outcome) == V6N_REASON_PASS)
 		return XDP_PASS;
-	enum v6n_reason reason = v6n_nodeport_xdp(ctx, &flow, &action);
-	if (reason == V6N_REASON_PASS)
-		return XDP_PASS;
-	return v6n_exit(ctx, V6N_DIRECTION_XDP, reason, action);
+	return v6n_exit(ctx, V6N_DIRECTION_XDP, V6N_OUTCOME_REASON(outcome), V6N_OUTCOME_ACTION(outcome));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -106,6 +106,8 @@ pub mod maps {
     pub const EAM4: &str = "v6n_eam4";
     /// nat64.translatable: IPv4 destinations embedded in the prefix.
     pub const XLAT4: &str = "v6n_xlat4";
+    /// nat64.devices by ifindex: where the uplinks' XDP program translates too.
+    pub const XLAT_DEVICES: &str = "v6n_xlat_devices";
     /// Declared in `bpf/lib/nat64_state.h`: stateful NAT64.
     pub const NAT64_STATE: &str = "v6n_nat64_state";
     pub const NAT64_SOURCES: &str = "v6n_nat64_src";

@@ -168,6 +168,7 @@ mod tests {
             maps::EAM4,
             maps::EAM6,
             maps::XLAT4,
+            maps::XLAT_DEVICES,
             maps::ENDPOINTS,
             maps::NAT64_CONFIG,
             maps::SERVICES,

@@ -5,15 +5,20 @@
 //! the self-test of what is attached. Runs after link events, at resync and
 //! after every applied configuration.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
 
 use anyhow::Result;
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use rtnetlink::Handle;
+use v6node_abi::maps;
 use v6node_config::{Config, DevicePattern, XdpChoice};
 
 use crate::{
-    attach::{AttachPoint, Attacher, Target, TcMode, Wanted},
-    bigtcp,
+    attach::{AttachPoint, Attacher, Attachment, Target, TcMode, Wanted},
+    bigtcp, bpf,
     endpoints::Endpoints,
     nat::fragmenter,
     netdev,
@@ -52,6 +57,9 @@ impl Devices {
                 previous
             }
         };
+        if let Err(e) = sync_xlat_devices(&shared.paths.pin_dir, &attachments) {
+            log::error!("the uplinks' XDP translator's devices: {e:#}");
+        }
         let mut reports = Vec::new();
         if let Ok(mut wanted) = present(&config.bigtcp.devices) {
             wanted.extend(endpoints.host_devices());
@@ -84,6 +92,30 @@ impl Devices {
         }
         !same
     }
+}
+
+/// The devices tc's translator runs on, for the uplinks' XDP program
+/// (`v6n_xlat_devices`), which translates there only.
+fn sync_xlat_devices(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
+    let wanted: BTreeSet<u32> = attachments
+        .iter()
+        .filter(|a| a.direction == AttachPoint::Nat64 && a.error.is_none() && a.device != fragmenter::PEER)
+        .map(|a| a.ifindex)
+        .collect();
+    // Pinned by the first object that declares it (the translator's or the
+    // XDP program's); with neither loaded there is nothing to tell.
+    if wanted.is_empty() && !pin_dir.join(maps::XLAT_DEVICES).exists() {
+        return Ok(());
+    }
+    let mut table: BpfHashMap<MapData, u32, u8> = bpf::open_pinned_map(pin_dir, maps::XLAT_DEVICES)?;
+    let stale: Vec<u32> = table.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
+    for ifindex in stale {
+        table.remove(&ifindex)?;
+    }
+    for ifindex in wanted {
+        table.insert(ifindex, 1, 0)?;
+    }
+    Ok(())
 }
 
 /// Runs the self-test on what is attached now and records it.

@@ -53,6 +53,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_xlat4 SEC(".maps");
 
+/* The devices in nat64.devices, by ifindex: the uplinks' XDP program
+ * translates on these only, where tc's v6n_nat64 runs too. The value is
+ * unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_XLAT_DEVICES_MAX);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_xlat_devices SEC(".maps");
+
 static __always_inline const struct v6n_nat64_config *v6n_nat64_config(void)
 {
 	__u32 key = 0;
