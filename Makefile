@@ -117,6 +117,7 @@ bench:
 	tests/bench/services
 	tests/bench/nodeport
 	tests/bench/xdp
+	tests/bench/xdp-nat64
 	tests/bench/bandwidth
 	tests/bench/in-image bandwidth
 	tests/bench/image

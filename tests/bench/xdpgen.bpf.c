@@ -13,6 +13,7 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
+#include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
@@ -76,7 +77,11 @@ int xdpgen_sink(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct iphdr *ip = (void *)(eth + 1);
 
+	/* What a translator sent back is IPv4. */
+	if ((void *)(ip + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP))
+		return ip->protocol == IPPROTO_UDP ? XDP_DROP : XDP_PASS;
 	if ((void *)(ip6 + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return XDP_PASS;
 	return ip6->nexthdr == IPPROTO_UDP ? XDP_DROP : XDP_PASS;

@@ -5,14 +5,15 @@
 # node also has a bridge, whose driver has none. Covers the choice per
 # device (auto, xdp, tc), what status and metrics say about each path, early
 # drops in XDP, adoption and replacement of the XDP program under a ping
-# flood, and detach.
+# flood, the translator in XDP on a one-armed gateway (UDP and pings both
+# ways, a ping flood across a restart), and detach.
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/xdp.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.bash"
 use_agent
-need jq curl bpftool
+need jq curl bpftool ethtool python3
 
 sandbox v6x
 peer=$id-peer node=$id-node
@@ -131,6 +132,64 @@ pass_if "another build is swapped into the same XDP link: replaced" \
 pass_if "the link runs the new program" test "$(jq_status '.links[] | select(.direction == "xdp") | .program_id')" != "$old_prog"
 pass_if "ping flood of 20000 across the replacement: 0% loss" grep -q ' 0% packet loss' "$work/flood.log"
 agent_stop
+
+# --- the translator in XDP: a one-armed gateway -----------------------------------
+# node0 translates too (nat64.devices): the peer, as an IPv6 client
+# (fd00:6f::1, mapped to 198.51.100.1), pings and sends UDP to its own
+# IPv4 face (192.0.2.1, under 64:ff9b:1::/96); both ways leave by node0,
+# so XDP translates them. The peer's veth takes frames sent by XDP_TX only
+# while it runs an XDP program (xdp-pass.bpf.c); its checksums are made
+# whole in software (tx off), as a NIC would send them.
+"$top/dataplane/bpf/cc" "$here/xdp-pass.bpf.c" "$work/xdp-pass.bpf.o"
+ip -n "$peer" link set dev peer0 xdpdrv obj "$work/xdp-pass.bpf.o" sec xdp.frags
+in_peer ethtool -K peer0 tx off >/dev/null
+ip -n "$peer" addr add 192.0.2.1/24 dev peer0
+ip -n "$node" addr add 192.0.2.2/24 dev node0
+ip -n "$peer" route add 64:ff9b:1::/96 via fd00:6f::2
+ip -n "$peer" route add 198.51.100.1/32 via 192.0.2.2
+in_node sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
+dropin 20-nat64 '[nat64]
+devices = ["node0"]
+prefix = "64:ff9b:1::/96"
+eam = [{ ipv6 = "fd00:6f::1/128", ipv4 = "198.51.100.1/32" }]'
+agent_start
+pass_if "with [nat64] on node0: the translator attached behind XDP" \
+    test "$(jq_status '[.links[] | select(.device == "node0" and .attached) | .direction] | sort | join(",")')" = egress,ingress,nat64,xdp
+xlat_counts() { echo "$(counter node0 xdp translated) $(counter node0 6to4 translated) $(counter node0 4to6 translated)"; }
+# XDP sends only to neighbours the kernel knows (tc resolves the others).
+in_node ping -q -c 1 -W 1 192.0.2.1 >/dev/null
+in_node ping -q -c 1 -W 1 fd00:6f::1 >/dev/null
+read -r xdp_before tc64_before tc46_before <<<"$(xlat_counts)"
+in_peer python3 -c '
+import socket, sys
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+server.bind(("192.0.2.1", 7007))
+client = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+client.settimeout(2)
+for i in range(10):
+    client.sendto(b"query %d" % i, ("64:ff9b:1::c000:201", 7007))
+    data, source = server.recvfrom(100)
+    assert source[0] == "198.51.100.1", source
+    server.sendto(b"answer %d" % i, source)
+    answer, source = client.recvfrom(100)
+    assert answer == b"answer %d" % i and source[0] == "64:ff9b:1::c000:201", (answer, source)
+' >"$work/udp-xlat.log" 2>&1
+pass_if "UDP through the gateway both ways: 10 queries answered" test $? = 0
+read -r xdp_after tc64_after tc46_after <<<"$(xlat_counts)"
+translated="$((xdp_after - xdp_before)) $((tc64_after - tc64_before)) $((tc46_after - tc46_before))"
+pass_if "XDP translated all 20 datagrams, tc none (xdp, tc 6to4, tc 4to6: $translated)" test "$translated" = "20 0 0"
+link_before=$(xdp_link_id)
+in_peer ping -f -q -c 20000 64:ff9b:1::c000:201 >"$work/flood.log" 2>&1 &
+flood=$!
+sleep 0.3
+kill -9 "$agent_pid"
+wait "$agent_pid" 2>/dev/null
+agent_start
+wait "$flood"
+pass_if "ping flood of 20000 through the translator across SIGKILL and restart: 0% loss" grep -q ' 0% packet loss' "$work/flood.log"
+pass_if "the echoes were translated in XDP" test "$(counter node0 xdp translated)" -ge 40000
+agent_stop
+rm "$root/etc/v6node/dataplane.d/20-nat64.toml"
 
 # --- detach -----------------------------------------------------------------------
 pass_if "XDP stays attached with no agent" test "$(ip_link_xdp node0)" = xdp

@@ -205,10 +205,18 @@ fn xdp_binds_stateful_clients_and_brings_the_answers_back_as_tc_does() {
         let at = if proto == 1 { 58 } else { 56 };
         assert_eq!(&answer[at..at + 2], &40000u16.to_be_bytes(), "{what}: its own port again");
     }
-    // A pool port nobody holds: dropped in the driver, counted.
-    let (verdict, _) = gw.run_xdp(&v4_frame(V4_HOST, POOL, 17, &udp(53, 1031, b"scan")));
-    assert_eq!(verdict, XDP_DROP);
-    assert_eq!(gw.counted_in_xdp(Reason::V6N_REASON_DROP_NO_BINDING), 1);
+    // A pool port nobody holds: tc refuses it and counts it (XDP cannot
+    // know whether the answer would have been its to send).
+    gw.leaves_to_tc(&v4_frame(V4_HOST, POOL, 17, &udp(53, 1031, b"scan")), "an unbound pool port");
+    assert_eq!(gw.counted_in_xdp(Reason::V6N_REASON_DROP_NO_BINDING), 0);
+}
+
+#[test]
+fn xdp_leaves_a_stateful_client_whose_server_is_out_of_another_device_to_tc_binding_nothing() {
+    let mut gw = Gateway::new("xdp-two-armed");
+    gw.xlat.enable_stateful(&[POOL], CLIENT, 127, 1024, 1031, NAT64_FILTER_ENDPOINT_INDEPENDENT);
+    gw.leaves_to_tc(&v6_frame(CLIENT, face(Ipv4Addr::new(192, 0, 3, 2)), 17, &udp(40000, 53, b"q")), "server on `other`");
+    assert!(gw.xlat.state().is_empty(), "no binding made: tc makes it, and reports it");
 }
 
 #[test]
@@ -223,7 +231,12 @@ fn xdp_runs_the_nat46_gateway_both_ways_as_tc_does() {
     client_as_v6[12..].copy_from_slice(&V4_HOST.octets());
     let client_as_v6 = Ipv6Addr::from(client_as_v6);
     for port in [40000u16, 40001, 40002, 40003] {
-        let syn = gw.translates_as_tc(&v4_frame(V4_HOST, VIP, 6, &tcp_with(port, 80, TCP_SYN)), "client to VIP");
+        // A new flow is tc's to make (its backend decides whether the
+        // packets leave by this uplink); its next packets are XDP's.
+        let syn = v4_frame(V4_HOST, VIP, 6, &tcp_with(port, 80, TCP_SYN));
+        gw.leaves_to_tc(&syn, "a new flow's first packet");
+        assert_eq!(gw.xlat.run(&syn, gw.up).verdict, TC_ACT_REDIRECT, "tc makes the flow");
+        let syn = gw.translates_as_tc(&v4_frame(V4_HOST, VIP, 6, &tcp_with(port, 80, TCP_ACK)), "client to VIP");
         assert_eq!(&syn[22..38], &client_as_v6.octets(), "from the client, embedded");
         let backend: [u8; 16] = syn[38..54].try_into().unwrap();
         assert!(BACKENDS.contains(&Ipv6Addr::from(backend)), "to a backend");
@@ -233,7 +246,7 @@ fn xdp_runs_the_nat46_gateway_both_ways_as_tc_does() {
         assert_eq!(&back[26..34], &[VIP.octets(), V4_HOST.octets()].concat(), "from the VIP");
         assert_eq!(&back[34..36], &80u16.to_be_bytes(), "from the frontend's port");
     }
-    assert_eq!(gw.xlat.nat46_state().len(), 8, "four flows, each two entries, made by XDP");
+    assert_eq!(gw.xlat.nat46_state().len(), 8, "four flows, each two entries");
 }
 
 #[test]

@@ -15,8 +15,12 @@
  * headers, padding after the packet, UDP without a checksum, hop limit
  * out, a packet too big for the next hop, a next hop on another device or
  * with no neighbour yet, hairpinning, and whatever tc would drop before
- * the state is asked (tc counts those). What the state refuses (no
- * binding, a pool or table full, a flow gone) is dropped here, early.
+ * the state is asked (tc counts those). XDP asks the state only for a
+ * packet that leaves by the uplink: IPv6 -> IPv4, the route to the IPv4
+ * destination is looked up first; IPv4 -> IPv6, the NAT46 gateway's new
+ * flows and whatever the state refuses go to tc. What the state refuses
+ * IPv6 -> IPv4 (a pool or table full, no binding for a reply) is dropped
+ * here, early, and counted.
  */
 #ifndef V6NODE_LIB_XLAT_XDP_H
 #define V6NODE_LIB_XLAT_XDP_H
@@ -47,6 +51,36 @@ static __always_inline int v6n_xlat_xdp_next_hop(struct xdp_md *ctx, struct bpf_
 		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	}
 	return rc == BPF_FIB_LKUP_RET_SUCCESS && fib->ifindex == ctx->ingress_ifindex ? 0 : -1;
+}
+
+/* Whether a packet for the IPv4 `daddr` of `len` bytes leaves by this
+ * uplink, asked before the state is (its source, a pool address, may not
+ * be chosen yet): what XDP cannot send, it leaves to tc with the state
+ * untouched, so that tc makes the binding or flow, and reports it. */
+static __always_inline int v6n_xlat_xdp_leaves_here4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __be32 daddr,
+						     __u32 len)
+{
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = AF_INET;
+	fib->ifindex = ctx->ingress_ifindex;
+	fib->ipv4_dst = daddr;
+	fib->tot_len = len;
+	return v6n_xlat_xdp_next_hop(ctx, fib);
+}
+
+/* The NAT46 gateway's flow for the packet s describes (s->ipv4_addrs,
+ * s->l4) exists already. Whether a new flow's packets can leave by this
+ * uplink is known only once its backend is chosen, so tc makes new flows,
+ * and reports them. */
+static __always_inline int v6n_xlat_xdp_nat46_known(struct v6n_nat64_scratch *s)
+{
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
+	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&s->ipv4_addrs[1]);
+	__builtin_memcpy(&s->client_key.sport, s->l4_header, 2);
+	s->client_key.dport = s->l4.port;
+	s->client_key.proto = s->l4.proto;
+	return bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key) != NULL;
 }
 
 /* bpf_l4_csum_replace of a 2-byte field (the kernel's csum_replace4 on the
@@ -142,8 +176,12 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 
 	int nat46 = v6n_nat46_is_client(cfg, &ip6.daddr), stateful = 0;
 	__u32 port_at = 0;
+	struct bpf_fib_lookup fib;
 	if (nat46) {
 		if (nexthdr == IPPROTO_ICMPV6)
+			return V6N_XDP_TO_TC;
+		__builtin_memcpy(&daddr, ip6.daddr.s6_addr + 12, 4);
+		if (v6n_xlat_xdp_leaves_here4(ctx, &fib, daddr, V6N_IP4_HLEN + plen) < 0)
 			return V6N_XDP_TO_TC;
 		v6n_nat64_parse_l4(nexthdr, l4_offset, 0, &s->l4, s->l4_header);
 		__builtin_memset(&s->pool_key, 0, sizeof(s->pool_key));
@@ -152,14 +190,14 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 		if (vip < 0)
 			return V6N_XDP_DROP(-vip);
 		saddr = (__be32)vip;
-		__builtin_memcpy(&daddr, ip6.daddr.s6_addr + 12, 4);
 		port_at = s->l4.port_offset - l4_offset + 1;
 	} else if (v6n_map_6to4_as(cfg, &ip6.daddr, &daddr, 1) < 0) {
 		return V6N_XDP_TO_TC;
 	} else if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
 		struct v6n_lpm6_key key = { .prefixlen = 128 };
 		__builtin_memcpy(key.addr, &ip6.daddr, 16);
-		if (bpf_map_lookup_elem(&v6n_eam6, &key) || !v6n_nat64_may_use_pool(&ip6.saddr))
+		if (bpf_map_lookup_elem(&v6n_eam6, &key) || !v6n_nat64_may_use_pool(&ip6.saddr) ||
+		    v6n_xlat_xdp_leaves_here4(ctx, &fib, daddr, V6N_IP4_HLEN + plen) < 0)
 			return V6N_XDP_TO_TC;
 		v6n_nat64_parse_l4(nexthdr, l4_offset, 0, &s->l4, s->l4_header);
 		__s64 pool = v6n_nat64_outbound_binding(cfg, s, &ip6.saddr, daddr, now);
@@ -176,13 +214,12 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 	__u8 protocol = nexthdr == IPPROTO_ICMPV6 ? IPPROTO_ICMP : nexthdr;
 	struct iphdr ip;
 	v6n_ip4_from_ip6(&ip, &ip6, NULL, protocol, V6N_IP4_HLEN + plen, saddr, daddr);
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET,
-		.ifindex = ctx->ingress_ifindex,
-		.ipv4_src = saddr,
-		.ipv4_dst = daddr,
-		.tot_len = V6N_IP4_HLEN + plen,
-	};
+	__builtin_memset(&fib, 0, sizeof(fib));
+	fib.family = AF_INET;
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.ipv4_src = saddr;
+	fib.ipv4_dst = daddr;
+	fib.tot_len = V6N_IP4_HLEN + plen;
 	if (v6n_xlat_xdp_next_hop(ctx, &fib) < 0)
 		return V6N_XDP_TO_TC;
 
@@ -272,12 +309,12 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 		if (vip && (protocol == IPPROTO_ICMP || !cfg->nat46_on))
 			return V6N_XDP_TO_TC; /* the host answers echoes to a VIP */
 		v6n_nat64_parse_l4(protocol, l4_offset, 1, &s->l4, s->l4_header);
-		int reason = vip ? v6n_nat46_inbound_flow(cfg, s, &saddr, &daddr, now)
-				 : v6n_nat64_inbound_binding(cfg, s, &daddr, now);
-		if (reason == V6N_NAT46_NOT_A_FRONTEND)
+		if (vip && !v6n_xlat_xdp_nat46_known(s))
 			return V6N_XDP_TO_TC;
-		if (reason)
-			return V6N_XDP_DROP(reason);
+		/* What the state refuses, tc refuses and counts: whether this
+		 * packet would have left by the uplink is not known. */
+		if (vip ? v6n_nat46_inbound_flow(cfg, s, &saddr, &daddr, now) : v6n_nat64_inbound_binding(cfg, s, &daddr, now))
+			return V6N_XDP_TO_TC;
 		port_at = s->l4.port_offset - l4_offset + 1;
 	}
 
