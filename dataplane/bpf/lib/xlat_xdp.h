@@ -56,7 +56,9 @@ static __always_inline int v6n_xlat_xdp_next_hop(struct xdp_md *ctx, struct bpf_
 /* Whether a packet for the IPv4 `daddr` of `len` bytes leaves by this
  * uplink, asked before the state is (its source, a pool address, may not
  * be chosen yet): what XDP cannot send, it leaves to tc with the state
- * untouched, so that tc makes the binding or flow, and reports it. */
+ * untouched, so that tc makes the binding or flow, and reports it. The
+ * answer, `fib`, is also where the packet goes: routing by source address
+ * (ip rule from) is not asked about a pool address or a VIP. */
 static __always_inline int v6n_xlat_xdp_leaves_here4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __be32 daddr,
 						     __u32 len)
 {
@@ -214,14 +216,18 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 	__u8 protocol = nexthdr == IPPROTO_ICMPV6 ? IPPROTO_ICMP : nexthdr;
 	struct iphdr ip;
 	v6n_ip4_from_ip6(&ip, &ip6, NULL, protocol, V6N_IP4_HLEN + plen, saddr, daddr);
-	__builtin_memset(&fib, 0, sizeof(fib));
-	fib.family = AF_INET;
-	fib.ifindex = ctx->ingress_ifindex;
-	fib.ipv4_src = saddr;
-	fib.ipv4_dst = daddr;
-	fib.tot_len = V6N_IP4_HLEN + plen;
-	if (v6n_xlat_xdp_next_hop(ctx, &fib) < 0)
-		return V6N_XDP_TO_TC;
+	/* Where the state was asked, the route was looked up before it: once
+	 * per frame is what the translator's rate is bound by. */
+	if (!port_at) {
+		__builtin_memset(&fib, 0, sizeof(fib));
+		fib.family = AF_INET;
+		fib.ifindex = ctx->ingress_ifindex;
+		fib.ipv4_src = saddr;
+		fib.ipv4_dst = daddr;
+		fib.tot_len = V6N_IP4_HLEN + plen;
+		if (v6n_xlat_xdp_next_hop(ctx, &fib) < 0)
+			return V6N_XDP_TO_TC;
+	}
 
 	__u32 diff;
 	struct icmphdr icmp = {};
