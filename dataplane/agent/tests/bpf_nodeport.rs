@@ -20,7 +20,7 @@ use common::{
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use v6node_abi::{
-    maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR,
+    maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR, LB_DSR_IP6IP6,
 };
 
 const NODE_PORT: u16 = 30080;
@@ -417,6 +417,13 @@ impl Node {
         set_lb_config(&mut self.host, MASQUERADE, LB_DSR);
     }
 
+    /// As `dsr_frontend`, every packet to the backend inside an outer IPv6
+    /// header (LB_DSR_IP6IP6).
+    fn dsr_ip6ip6_frontend(&mut self, proto: u8, backend: Ipv6Addr) {
+        self.dsr_frontend(proto, backend);
+        set_lb_config(&mut self.host, MASQUERADE, LB_DSR | LB_DSR_IP6IP6);
+    }
+
     /// OTHER_POD as a pod of this node, behind host_b.
     fn with_other_pod(&mut self) {
         let mut endpoints: HashMap<&mut MapData, EndpointKey, EndpointValue> =
@@ -456,6 +463,81 @@ fn frontend_header(frame: &[u8]) -> Option<((Ipv6Addr, u16), Vec<u8>)> {
     let payload_len = (bare.len() - 54) as u16;
     bare[18..20].copy_from_slice(&payload_len.to_be_bytes());
     Some((frontend, bare))
+}
+
+/// What a node in `dsr-ip6ip6` mode sends on for `packet` to OTHER_POD on
+/// another node, as `forwarded_by_a_receiving_node`.
+fn encapsulated_by_a_receiving_node(test: &str, proto: u8, packet: Vec<u8>) -> Run {
+    let test = test.to_string();
+    std::thread::spawn(move || {
+        let mut node = Node::new(&test, 0);
+        node.dsr_ip6ip6_frontend(proto, OTHER_POD);
+        node.arrived_on_uplink(&packet)
+    })
+    .join()
+    .expect("the receiving node's thread")
+}
+
+/// The outer IPv6 header's (source, destination) and the frame inside it
+/// (Ethernet kept), or None for a frame not inside one.
+fn outer_header(frame: &[u8]) -> Option<((Ipv6Addr, Ipv6Addr), Vec<u8>)> {
+    let l3 = &frame[14..];
+    if l3[6] != 41 {
+        return None;
+    }
+    assert_eq!(u16::from_be_bytes([l3[4], l3[5]]) as usize, l3.len() - 40, "outer payload length: the inner packet");
+    assert_eq!(&l3[..4], &l3[40..44], "outer version, traffic class and flow label: the inner's");
+    let addrs = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&l3[at..at + 16]).unwrap());
+    Some(((addrs(8), addrs(24)), [&frame[..14], &frame[54..]].concat()))
+}
+
+#[test]
+fn dsr_inside_ipv6_sends_every_packet_in_an_outer_header_and_the_backends_node_answers_as_the_frontend() {
+    for proto in [TCP, UDP] {
+        let first = encapsulated_by_a_receiving_node(
+            &format!("ip6ip6-first-{proto}"),
+            proto,
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, true),
+        );
+        assert_eq!(first.verdict, TC_ACT_REDIRECT, "out to the backend's node");
+        let (outer, inner) = outer_header(&first.packet).expect("inside an outer header");
+        assert_eq!(outer, (MASQUERADE, OTHER_POD), "from this node to the backend");
+        let (frontend, bare) = frontend_header(&inner).expect("the inner packet names its frontend");
+        assert_eq!(frontend, (VIP, LB_PORT));
+        assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's address, inside");
+        assert_well_formed(&bare);
+        let later = encapsulated_by_a_receiving_node(
+            &format!("ip6ip6-later-{proto}"),
+            proto,
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, false),
+        );
+        let (outer, inner) = outer_header(&later.packet).expect("a later packet is inside one too");
+        assert_eq!(outer, (MASQUERADE, OTHER_POD));
+        let inner = frontend_header(&inner).map_or(inner, |(_, bare)| bare);
+        assert_eq!(tuple(&inner), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+
+        let mut backend_node = Node::new(&format!("ip6ip6-backend-{proto}"), 0);
+        backend_node.dsr_frontend(proto, OTHER_POD);
+        backend_node.with_other_pod();
+        for (what, frame) in [("first", &first.packet), ("later", &later.packet)] {
+            let delivered = backend_node.arrived_on_uplink(frame);
+            assert_eq!(delivered.verdict, TC_ACT_REDIRECT, "{what}: into the backend pod");
+            assert!(outer_header(&delivered.packet).is_none(), "{what}: the outer header is taken off");
+            assert!(frontend_header(&delivered.packet).is_none(), "{what}: so is the frontend header");
+            assert_eq!(tuple(&delivered.packet), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+            assert_well_formed(&delivered.packet);
+        }
+        let reply = backend_node.sent_by_pod(&segment(proto, OTHER_POD, TARGET_PORT, REMOTE, CLIENT_PORT, false), backend_node.host_b);
+        assert_eq!(tuple(&reply.packet), (VIP, LB_PORT, REMOTE, CLIENT_PORT), "answered as the frontend");
+        assert_eq!(&reply.packet[..12], [ROUTER_MAC, UPLINK_MAC].concat(), "straight to the router");
+
+        // Someone else's tunnel (its inner destination another address) is
+        // not taken apart.
+        let mut foreign = first.packet.clone();
+        foreign[54 + 24..54 + 40].copy_from_slice(&REMOTE.octets());
+        let run = backend_node.arrived_on_uplink(&foreign);
+        assert!(outer_header(&run.packet).is_some(), "left inside its outer header");
+    }
 }
 
 #[test]
@@ -695,6 +777,27 @@ fn xdp_sends_direct_server_return_with_the_frontend_header_byte_for_byte_as_tc()
         assert_eq!(frontend, (VIP, LB_PORT));
         assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's address kept");
         assert_eq!(frontend_header(&reference[1].packet).is_some(), proto == UDP);
+    }
+}
+
+#[test]
+fn xdp_sends_direct_server_return_inside_ipv6_byte_for_byte_as_tc() {
+    for proto in [TCP, UDP] {
+        let setup: fn(&mut Node) = if proto == TCP {
+            |node| node.dsr_ip6ip6_frontend(TCP, OTHER_POD)
+        } else {
+            |node| node.dsr_ip6ip6_frontend(UDP, OTHER_POD)
+        };
+        let frames = vec![
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, true),
+            segment(proto, REMOTE, CLIENT_PORT, VIP, LB_PORT, false),
+        ];
+        let (node, reference) = xdp_sends_what_tc_sends(&format!("xdp-ip6ip6-{proto}"), setup, &frames);
+        for run in &reference {
+            let (outer, _) = outer_header(&run.packet).expect("inside an outer header");
+            assert_eq!(outer, (MASQUERADE, OTHER_POD));
+        }
+        assert_eq!(node.xdp(Reason::V6N_REASON_LB_TRANSLATED) + node.xdp(Reason::V6N_REASON_LB_TRACKED), 2);
     }
 }
 

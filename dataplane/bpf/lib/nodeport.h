@@ -223,6 +223,54 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 	return 0;
 }
 
+/* uapi's BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (Linux 6.3); older headers lack it. */
+#define V6N_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
+
+/*
+ * Direct server return inside IPv6 (V6N_CT_DSR_IP6IP6), the receiving
+ * node's half: the packet v6n_dsr_push made goes inside an outer IPv6
+ * header to the backend (v6n_ip6ip6_outer). Returns 0, or -1 when the
+ * packet could not be grown.
+ */
+static __noinline int v6n_ip6ip6_push(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
+	struct ipv6hdr inner, outer;
+
+	if (!cfg || bpf_skb_load_bytes(skb, V6N_L3_OFFSET, &inner, sizeof(inner)) < 0)
+		return -1;
+	v6n_ip6ip6_outer(&outer, &inner, cfg->masquerade_addr);
+	if (bpf_skb_adjust_room(skb, sizeof(outer), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_L3_OFFSET, &outer, sizeof(outer), 0) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * Direct server return inside IPv6, the backend's node's half (uplink
+ * ingress, before v6n_dsr_accept): a packet inside an outer IPv6 header to
+ * a backend here, whose inner destination is that backend too, is taken
+ * out of it and goes on as the option mode's packet would. Returns
+ * V6N_REASON_LB_TRACKED when taken out, V6N_REASON_PASS for any other
+ * packet (someone else's tunnel, whose inner destination differs, too), or
+ * the drop reason.
+ */
+static __noinline enum v6n_reason v6n_ip6ip6_accept(struct __sk_buff *skb)
+{
+	struct {
+		struct ipv6hdr outer, inner;
+	} h;
+
+	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET, &h, sizeof(h)) < 0 || h.outer.nexthdr != IPPROTO_IPV6 ||
+	    h.inner.version != 6 || !v6n_same_addr(h.inner.daddr.s6_addr, h.outer.daddr.s6_addr) ||
+	    !(v6n_endpoint(&h.outer.daddr) || v6n_is_local(skb, h.outer.daddr.s6_addr)))
+		return V6N_REASON_PASS;
+	if (bpf_skb_adjust_room(skb, -(__s32)sizeof(h.outer), BPF_ADJ_ROOM_MAC, V6N_ADJ_ROOM_DECAP_L3_IPV6) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	return V6N_REASON_LB_TRACKED;
+}
+
 /*
  * Direct server return, the backend's node's half (uplink ingress): a packet
  * with v6node's frontend header, for a backend here (a pod, or the node's
@@ -298,7 +346,9 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 	struct v6n_flow flow = {};
 	__u64 now = bpf_ktime_get_ns();
 
-	enum v6n_reason dsr = v6n_dsr_accept(skb);
+	enum v6n_reason dsr = v6n_ip6ip6_accept(skb);
+	if (dsr == V6N_REASON_PASS || dsr == V6N_REASON_LB_TRACKED)
+		dsr = v6n_dsr_accept(skb);
 	if (dsr != V6N_REASON_PASS && dsr != V6N_REASON_LB_TRACKED) {
 		*action = TC_ACT_SHOT;
 		return dsr;
@@ -339,7 +389,8 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 			return reason;
 		}
 	}
-	if (v6n_service_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0)) {
+	if (v6n_service_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0) ||
+	    ((out.flags & V6N_CT_DSR_IP6IP6) && v6n_ip6ip6_push(skb) < 0)) {
 		*action = TC_ACT_SHOT;
 		return V6N_REASON_DROP_MALFORMED;
 	}

@@ -195,7 +195,7 @@ static __always_inline enum v6n_reason v6n_nodeport_new(const struct v6n_flow *f
 			return V6N_REASON_DROP_NAT_PORTS;
 		if (cfg->flags & V6N_LB_DSR) {
 			/* The backend's node answers the client: no reply comes here. */
-			out->flags = V6N_CT_DSR;
+			out->flags = V6N_CT_DSR | ((cfg->flags & V6N_LB_DSR_IP6IP6) ? V6N_CT_DSR_IP6IP6 : 0);
 		} else {
 			__builtin_memcpy(out->saddr, cfg->masquerade_addr, 16);
 			if (v6n_masquerade_port(out, &reply, flow->key.proto) < 0)
@@ -205,6 +205,24 @@ static __always_inline enum v6n_reason v6n_nodeport_new(const struct v6n_flow *f
 	bpf_map_update_elem(&v6n_ct, &flow->key, out, BPF_ANY);
 	v6n_event_note_xlat(V6N_EVENT_SERVICE, frontend, flow->key.saddr, flow->key.sport, flow->key.daddr, flow->key.dport);
 	return V6N_REASON_LB_TRANSLATED;
+}
+
+/*
+ * The outer header direct server return inside IPv6 (V6N_CT_DSR_IP6IP6)
+ * puts in front of `inner`, the packet as the option mode sends it: from
+ * this node's masquerade address (which the cluster routes here) to the
+ * backend, with the inner packet's traffic class, flow label and hop limit
+ * (RFC 2473 6.3, 6.5), next header IPv6.
+ */
+static __always_inline void v6n_ip6ip6_outer(struct ipv6hdr *outer, const struct ipv6hdr *inner,
+					      const __u8 source[16])
+{
+	__builtin_memcpy(outer, inner, 4); /* version, traffic class, flow label */
+	outer->payload_len = bpf_htons(bpf_ntohs(inner->payload_len) + sizeof(*outer));
+	outer->nexthdr = IPPROTO_IPV6;
+	outer->hop_limit = inner->hop_limit;
+	__builtin_memcpy(&outer->saddr, source, 16);
+	outer->daddr = inner->daddr;
 }
 
 #endif /* V6NODE_LIB_NODEPORT_STATE_H */

@@ -150,6 +150,27 @@ static __always_inline int v6n_xdp_dsr_push(struct xdp_md *ctx, const struct v6n
 	return 0;
 }
 
+/* Direct server return inside IPv6 (V6N_CT_DSR_IP6IP6) on a frame XDP
+ * sends, as v6n_ip6ip6_push does it on a socket buffer: Ethernet moves to
+ * the front of 40 new bytes, which take the outer header. Returns 0, or
+ * -1 when the frame could not be grown. */
+static __always_inline int v6n_xdp_ip6ip6_push(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
+	struct ethhdr eth;
+	struct ipv6hdr inner, outer;
+
+	if (!cfg || bpf_xdp_load_bytes(ctx, 0, &eth, sizeof(eth)) < 0 ||
+	    bpf_xdp_load_bytes(ctx, V6N_L3_OFFSET, &inner, sizeof(inner)) < 0)
+		return -1;
+	v6n_ip6ip6_outer(&outer, &inner, cfg->masquerade_addr);
+	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(outer)) < 0 || bpf_xdp_store_bytes(ctx, 0, &eth, sizeof(eth)) < 0 ||
+	    bpf_xdp_store_bytes(ctx, V6N_L3_OFFSET, &outer, sizeof(outer)) < 0)
+		return -1;
+	return 0;
+}
+
 /* Sends the rewritten frame back out of its uplink, as v6n_route6 would
  * route it: hop limit decremented, the next hop's MACs. */
 static __always_inline int v6n_xdp_transmit(struct xdp_md *ctx, const struct bpf_fib_lookup *fib)
@@ -214,7 +235,8 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 			return reason;
 		}
 	}
-	if (v6n_xdp_rewrite(ctx, flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_xdp_dsr_push(ctx, flow) < 0)) {
+	if (v6n_xdp_rewrite(ctx, flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_xdp_dsr_push(ctx, flow) < 0) ||
+	    ((out.flags & V6N_CT_DSR_IP6IP6) && v6n_xdp_ip6ip6_push(ctx) < 0)) {
 		*action = XDP_DROP;
 		return V6N_REASON_DROP_MALFORMED;
 	}

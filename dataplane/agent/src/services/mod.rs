@@ -37,7 +37,7 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{
-    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, SERVICE_AFFINITY, SERVICE_EXTERNAL,
+    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, LB_DSR_IP6IP6, SERVICE_AFFINITY, SERVICE_EXTERNAL,
 };
 use v6node_k8s::{
     services::{Address, Frontend, Protocol},
@@ -68,11 +68,13 @@ struct Written {
 }
 
 /// How a connection from outside reaches a backend on another node
-/// (v6n_lb_cfg): from `masquerade`, or with direct server return.
+/// (v6n_lb_cfg): from `masquerade`, or with direct server return, bare or
+/// inside an outer IPv6 header from `masquerade` (`ip6ip6`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outside {
     pub masquerade: std::net::Ipv6Addr,
     pub dsr: bool,
+    pub ip6ip6: bool,
 }
 
 /// The service tables as last read or written.
@@ -206,7 +208,11 @@ impl Tables {
             }
         }
         current.outside =
-            self.config.get(&0, 0).ok().map(|c| Outside { masquerade: c.masquerade_addr.into(), dsr: c.flags & LB_DSR != 0 });
+            self.config.get(&0, 0).ok().map(|c| Outside {
+                masquerade: c.masquerade_addr.into(),
+                dsr: c.flags & LB_DSR != 0,
+                ip6ip6: c.flags & LB_DSR_IP6IP6 != 0,
+            });
         Ok(current)
     }
 }
@@ -337,6 +343,9 @@ impl ServiceTables {
             sync: stats,
             error: None,
             remote_backends: match plan.next.outside {
+                Some(Outside { dsr: true, ip6ip6: true, masquerade }) => {
+                    format!("direct server return inside IPv6 from {masquerade}")
+                }
                 Some(Outside { dsr: true, .. }) => "direct server return".to_string(),
                 Some(Outside { masquerade, .. }) => format!("masquerade as {masquerade}"),
                 None => "none".to_string(),
@@ -375,7 +384,11 @@ impl Write {
     fn apply(&self, tables: &mut Tables, view: &ServicesView) -> Result<()> {
         match self {
             Write::Outside(Some(o)) => {
-                let flags = if o.dsr { LB_DSR } else { 0 };
+                let flags = match (o.dsr, o.ip6ip6) {
+                    (true, true) => LB_DSR | LB_DSR_IP6IP6,
+                    (true, false) => LB_DSR,
+                    (false, _) => 0,
+                };
                 tables
                     .config
                     .insert(0, LbConfig { masquerade_addr: o.masquerade.octets(), flags }, 0)

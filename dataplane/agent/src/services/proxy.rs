@@ -73,11 +73,12 @@ impl ServiceProxy {
             log::error!("{e:#}");
         }
         view.add_host_ports(endpoints.host_ports(node.address.as_slice()));
-        let dsr = config.services.remote_backends == RemoteBackends::Dsr;
+        let mode = config.services.remote_backends;
+        let (dsr, ip6ip6) = (mode.is_dsr(), mode == RemoteBackends::DsrIp6ip6);
         let outside = node
             .pod_prefix
             .and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()))
-            .map(|masquerade| Outside { masquerade, dsr });
+            .map(|masquerade| Outside { masquerade, dsr, ip6ip6 });
         let (next, left) = self.tables.apply(&paths.pin_dir, &view, outside, previous);
         if !left.is_empty() {
             self.end_connections(endpoints, left);

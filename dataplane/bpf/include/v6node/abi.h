@@ -333,6 +333,11 @@ struct v6n_maglev_table {
 
 /* v6n_lb_config.flags */
 #define V6N_LB_DSR 1 /* backends on other nodes answer the client directly */
+/* With V6N_LB_DSR: every packet to such a backend travels inside an outer
+ * IPv6 header from this node to the backend (RFC 2473), so the network
+ * between nodes sees neither the clients' addresses nor the frontend
+ * header. */
+#define V6N_LB_DSR_IP6IP6 2
 
 /* v6n_lb_cfg (hash, key 0): what the uplink needs beyond the tables. */
 struct v6n_lb_config {
@@ -399,6 +404,7 @@ struct v6n_ct_key {
  * the transitory lifetime; the next segment that is not one takes it back
  * to established. */
 #define V6N_CT_RESET 64
+#define V6N_CT_DSR_IP6IP6 128 /* with V6N_CT_DSR: inside an outer IPv6 header (V6N_LB_DSR_IP6IP6) */
 
 struct v6n_ct_value {
 	__u8 saddr[16]; /* rewritten to */

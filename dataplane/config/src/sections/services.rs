@@ -44,9 +44,22 @@ pub enum RemoteBackends {
     /// on a v6node node, and a node network that carries packets with the
     /// clients' source addresses between nodes.
     Dsr,
+    /// Direct server return with every packet to the backend inside an
+    /// outer IPv6 header from this node (RFC 2473): the node network sees
+    /// node and pod addresses only, no client address and no extension
+    /// header; it must carry 40 bytes more per packet.
+    #[serde(rename = "dsr-ip6ip6")]
+    DsrIp6ip6,
 }
 
-keywords!(RemoteBackends, "remote backends mode", { Masquerade => "masquerade", Dsr => "dsr" });
+impl RemoteBackends {
+    /// Backends on other nodes answer the client themselves.
+    pub fn is_dsr(self) -> bool {
+        self != RemoteBackends::Masquerade
+    }
+}
+
+keywords!(RemoteBackends, "remote backends mode", { Masquerade => "masquerade", Dsr => "dsr", DsrIp6ip6 => "dsr-ip6ip6" });
 
 pub(crate) fn read(v: &Validator, root: &Table, services: &mut Services) -> Result<()> {
     let Some(t) = v.section(root, "services", &["cgroup", "remote_backends"])? else {
@@ -87,6 +100,11 @@ mod tests {
         let c = ok("[services]\nremote_backends = \"dsr\"\n");
         assert_eq!(c.services.remote_backends, RemoteBackends::Dsr);
         assert_eq!(ok(&toml::to_string(&c).unwrap()), c, "round trip through its own serialization");
+        let c = ok("[services]\nremote_backends = \"dsr-ip6ip6\"\n");
+        assert_eq!(c.services.remote_backends, RemoteBackends::DsrIp6ip6);
+        assert!(c.services.remote_backends.is_dsr());
+        assert_eq!(ok(&toml::to_string(&c).unwrap()), c, "round trip through its own serialization");
         bad("[services]\nremote_backends = \"snat\"\n", "services.remote_backends", "snat");
+        bad("[services]\nremote_backends = \"ip6ip6\"\n", "services.remote_backends", "ip6ip6");
     }
 }
