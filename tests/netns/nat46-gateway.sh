@@ -19,7 +19,9 @@
 # ways (a backend's closed port refuses the client's socket; a client's
 # closed port is reported to the backend's; an IPv4 router's Fragmentation
 # Needed shrinks the backend's TCP segments to c5 behind it); a flow through
-# the stock hubble CLI, from the IPv4 client to its backend.
+# the stock hubble CLI, from the IPv4 client to its backend; a health check
+# that quarantines a backend (no new flows, its connections kept) and lets
+# it back.
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/nat46-gateway.sh
 set -uo pipefail
@@ -56,8 +58,8 @@ done
 at "$node" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv4.ip_forward=1
 for b in "${backends[@]}"; do wait_for "$b's servers" bound "$b" udp 5353 && wait_for "$b's servers" bound "$b" tcp 8080; done
 
-# gateway_config "WEIGHTS": the vendor config with b1..b3 at those weights
-# ("-" leaves one out).
+# gateway_config "WEIGHTS" [HEALTH_CHECK]: the vendor config with b1..b3 at
+# those weights ("-" leaves one out), the TCP frontend's health check set.
 gateway_config() {
     local weights=($1) list="" i
     for i in 1 2 3; do
@@ -83,6 +85,7 @@ backends = [${list//PORT/5353}]
 [[nat46.gateway]]
 frontend = "198.51.100.80:80"
 backends = [${list//PORT/8080}]
+${2:+health_check = $2}
 [flows]
 hubble = "unix:$work/hubble.sock"
 TOML
@@ -171,8 +174,8 @@ pass_if "a reload with weight 5000 is refused, naming the key and the range" \
 at "$c4" $flows udp-flows 198.51.100.80 53 20000 3000 >"$work/udp-4"
 pass_if "...and the flows are served as before" test "$(head -3000 "$work/udp-2" | cmp - "$work/udp-4" && echo same)" = same
 # (status exits 1 while the refused reload is listed as a problem)
-row() { in_node "$bin" status >"$work/status.txt"; grep -E '^ +198\.51\.100\.80:53 +udp +\[2001:db8:6:3::2\]:5353 +3 +3074 +[0-9]+$' "$work/status.txt"; }
-pass_if "status text: b3's row, weight 3, 3/4 of 4,099 buckets, its flows" row
+row() { in_node "$bin" status >"$work/status.txt"; grep -E '^ +198\.51\.100\.80:53 +udp +\[2001:db8:6:3::2\]:5353 +3 +3074 +[0-9]+ +healthy$' "$work/status.txt"; }
+pass_if "status text: b3's row, weight 3, 3/4 of 4,099 buckets, its flows, healthy" row
 
 # --- ICMP errors follow their flow -------------------------------------------------
 # b3's port closes: its kernel's "port unreachable" reaches the client from the
@@ -201,5 +204,50 @@ pmtu_learnt() { # the backend that answered routes to c5 with MTU 1420
     at "${backends[${got#* b} - 1]}" ip -6 route get 2001:db8:46::c000:402 | grep -q 'mtu 1420'
 }
 pass_if "...and that backend learnt path MTU 1420 to c5 (2001:db8:46::c000:402)" pmtu_learnt
+
+# --- a health check quarantines a backend and lets it back ---------------------------
+# b1 and b3 answer probes on TCP 9000 apart from their service: b3's prober
+# port closes while its service keeps running, as when a backend is taken
+# out of rotation.
+health_listener() { # health_listener I: TCP 9000 in b$I, accepting and closing
+    nsenter --net="/run/netns/${backends[$1 - 1]}" python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET6)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 9000))
+s.listen(64)
+while True:
+    s.accept()[0].close()
+' "2001:db8:6:$1::2" &
+}
+health_listener 1
+health_pid1=$!
+health_listener 3
+health_pid3=$!
+wait_for "b3's health port" bound "${backends[2]}" tcp 9000
+gateway_config "1 - 3" "{ port = 9000, interval_seconds = 1, timeout_ms = 300, fall = 2, rise = 2 }"
+reload >/dev/null
+health() { jq_status '[.nat64.nat46.frontends[] | select(.protocol == "tcp") | .backends[] | "\(.address | sub(":8080$"; "")) \(.health) \(.buckets)"] | join(", ")'; }
+pass_if "with a health check on the TCP frontend: both backends healthy ($(health))" \
+    test "$(health)" = "[2001:db8:6:1::2] healthy 1025, [2001:db8:6:3::2] healthy 3074"
+nsenter --net="/run/netns/$c4" python3 "$here/nat46-flows.py" tcp-hold 198.51.100.80 80 40 "$work/go-held" "$work/held" &
+retry 30 grep -qx 'open 40' "$work/held"
+kill "$health_pid3"
+quarantined() { [[ "$(health)" == "[2001:db8:6:1::2] healthy 4099, [2001:db8:6:3::2] quarantined 0" ]]; }
+pass_if "b3's probe port closed: within 2 failed probes b3 is quarantined, out of the Maglev table" retry 10 quarantined
+at "$c4" $flows tcp-hold 198.51.100.80 80 40 "$work/go-held" "$work/new" >/dev/null 2>&1 &
+retry 30 grep -q '^open 40' "$work/new"
+pass_if "40 new connections: all to b1" test "$(sort -u "$work/new.names" | paste -sd' ')" = b1
+touch "$work/go-held"
+pass_if "the 40 connections held across the quarantine keep their backends, b3's too ($(grep -c b3 "$work/held.names") of them)" \
+    retry 30 grep -qx 'open 40 same 40' "$work/held"
+health_listener 3
+health_pid3=$!
+healthy_again() { [[ "$(health)" == "[2001:db8:6:1::2] healthy 1025, [2001:db8:6:3::2] healthy 3074" ]]; }
+pass_if "b3 answers its probes again: after 2 it is back in the table" retry 10 healthy_again
+at "$c4" $flows tcp-hold 198.51.100.80 80 40 "$work/go-held" "$work/again" >/dev/null 2>&1 &
+retry 30 grep -q '^open 40' "$work/again"
+pass_if "...and new connections reach it again" grep -qx b3 "$work/again.names"
+kill "$health_pid1" "$health_pid3" 2>/dev/null
 
 tap_done

@@ -418,11 +418,15 @@ fn human(status: &Status) -> String {
                                 b.weight.to_string(),
                                 b.buckets.to_string(),
                                 b.flows.to_string(),
+                                match b.health {
+                                    crate::nat::health::Health::Healthy => "healthy".into(),
+                                    crate::nat::health::Health::Quarantined => "quarantined".into(),
+                                },
                             ]
                         })
                     })
                     .collect();
-                table(&mut out, &["FRONTEND", "PROTOCOL", "BACKEND", "WEIGHT", "BUCKETS", "FLOWS"], &rows);
+                table(&mut out, &["FRONTEND", "PROTOCOL", "BACKEND", "WEIGHT", "BUCKETS", "FLOWS", "HEALTH"], &rows);
             }
         }
         None => {

@@ -20,7 +20,8 @@ use common::{
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use v6node_abi::{
-    maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR, LB_DSR_IP6IP6,
+    maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR,
+    LB_DSR_IP6IP6,
 };
 
 const NODE_PORT: u16 = 30080;
@@ -527,7 +528,8 @@ fn dsr_inside_ipv6_sends_every_packet_in_an_outer_header_and_the_backends_node_a
             assert_eq!(tuple(&delivered.packet), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
             assert_well_formed(&delivered.packet);
         }
-        let reply = backend_node.sent_by_pod(&segment(proto, OTHER_POD, TARGET_PORT, REMOTE, CLIENT_PORT, false), backend_node.host_b);
+        let reply =
+            backend_node.sent_by_pod(&segment(proto, OTHER_POD, TARGET_PORT, REMOTE, CLIENT_PORT, false), backend_node.host_b);
         assert_eq!(tuple(&reply.packet), (VIP, LB_PORT, REMOTE, CLIENT_PORT), "answered as the frontend");
         assert_eq!(&reply.packet[..12], [ROUTER_MAC, UPLINK_MAC].concat(), "straight to the router");
 

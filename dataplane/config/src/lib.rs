@@ -53,7 +53,9 @@ pub use sections::flows::{Flows, FLOWS_KEPT_DEFAULT, FLOWS_KEPT_MAX, FLOW_EVENTS
 pub use sections::kubernetes::Kubernetes;
 pub use sections::log::{Log, LogLevel};
 pub use sections::metrics::{Metrics, MetricsListen};
-pub use sections::nat46::{Nat46, Nat46Backend, Nat46Gateway, Nat46Protocol, NAT46_WEIGHT_DEFAULT, NAT46_WEIGHT_MAX};
+pub use sections::nat46::{
+    Nat46, Nat46Backend, Nat46Gateway, Nat46HealthCheck, Nat46Protocol, NAT46_WEIGHT_DEFAULT, NAT46_WEIGHT_MAX,
+};
 pub use sections::nat64::stateful::{
     Nat64Filtering, Nat64Stateful, NAT64_ICMP_SECONDS, NAT64_PORTS_DEFAULT, NAT64_TCP_ESTABLISHED_SECONDS,
     NAT64_TCP_TRANSITORY_SECONDS, NAT64_UDP_SECONDS,

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use v6node_abi::{maps, CtKey, CtValue, L4Addr, MaglevTable, Nat46Frontend, Nat46FrontendKey};
 use v6node_config::{Nat46, Nat46Gateway};
 
+use super::health::{BackendOf, Health};
 use crate::{
     bpf,
     conntrack::{self, monotonic_ns, StateTable},
@@ -42,6 +43,9 @@ pub struct BackendUse {
     pub buckets: usize,
     /// Flows it serves, as of the last sweep.
     pub flows: usize,
+    /// What its health checks found (`healthy` without any).
+    #[serde(default)]
+    pub health: Health,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -161,7 +165,29 @@ struct GatewayPlan {
     status: Vec<FrontendUse>,
 }
 
-fn plan(gateways: &[Nat46Gateway], current: &Current) -> GatewayPlan {
+/// The weight a backend has in its frontend's Maglev table: 0 while
+/// quarantined, unless every backend with weight is (then the health checks
+/// are not believed over the configuration, and all keep theirs).
+fn effective_weights(gateway: &Nat46Gateway, quarantined: &BTreeSet<BackendOf>) -> Vec<(u32, Health)> {
+    let health = |b: &v6node_config::Nat46Backend| {
+        if quarantined.contains(&(gateway.frontend, gateway.protocol, b.address)) {
+            Health::Quarantined
+        } else {
+            Health::Healthy
+        }
+    };
+    let any_healthy = gateway.backends.iter().any(|b| b.weight > 0 && health(b) == Health::Healthy);
+    gateway
+        .backends
+        .iter()
+        .map(|b| {
+            let health = health(b);
+            (if health == Health::Quarantined && any_healthy { 0 } else { b.weight }, health)
+        })
+        .collect()
+}
+
+fn plan(gateways: &[Nat46Gateway], current: &Current, quarantined: &BTreeSet<BackendOf>) -> GatewayPlan {
     let ids = assign_ids(gateways, &current.frontends, &current.backends);
     let mut frontends = Vec::with_capacity(gateways.len());
     let mut status = Vec::with_capacity(gateways.len());
@@ -175,17 +201,19 @@ fn plan(gateways: &[Nat46Gateway], current: &Current) -> GatewayPlan {
             .map(|(backend, &id)| (id, l4_addr(&backend.address, proto), backend.address))
             .filter(|(id, addr, _)| current.backends.get(id) != Some(addr))
             .collect();
+        let weights = effective_weights(gateway, quarantined);
         let named: Vec<([u8; 18], u32, u32)> = gateway
             .backends
             .iter()
             .zip(backend_ids)
-            .map(|(b, &id)| (maglev::name(b.address.ip(), b.address.port()), b.weight, id))
+            .zip(&weights)
+            .map(|((b, &id), &(weight, _))| (maglev::name(b.address.ip(), b.address.port()), weight, id))
             .collect();
         let (maglev, shares) = match maglev::kernel_table(&named) {
             Some((table, shares)) => (Some((fid, table)), shares),
             None => (None, vec![0; gateway.backends.len()]),
         };
-        let live = gateway.backends.iter().filter(|b| b.weight > 0).count() as u32;
+        let live = weights.iter().filter(|(weight, _)| *weight > 0).count() as u32;
         frontends.push(FrontendWrites {
             name: format!("nat46 gateway {} {}", gateway.protocol, gateway.frontend),
             backends,
@@ -201,7 +229,14 @@ fn plan(gateways: &[Nat46Gateway], current: &Current) -> GatewayPlan {
                 .backends
                 .iter()
                 .zip(shares)
-                .map(|(b, buckets)| BackendUse { address: b.address.to_string(), weight: b.weight, buckets, flows: 0 })
+                .zip(&weights)
+                .map(|((b, buckets), &(_, health))| BackendUse {
+                    address: b.address.to_string(),
+                    weight: b.weight,
+                    buckets,
+                    flows: 0,
+                    health,
+                })
                 .collect(),
         });
     }
@@ -211,8 +246,7 @@ fn plan(gateways: &[Nat46Gateway], current: &Current) -> GatewayPlan {
     let mut stale_frontends: Vec<Nat46FrontendKey> =
         current.frontends.keys().filter(|k| !live_frontends.contains(k)).copied().collect();
     stale_frontends.sort_by_key(|k| (k.addr, k.port, k.proto));
-    let with_table: BTreeSet<u32> =
-        gateways.iter().zip(&ids.frontends).filter(|(g, _)| g.backends.iter().any(|b| b.weight > 0)).map(|(_, id)| *id).collect();
+    let with_table: BTreeSet<u32> = frontends.iter().filter_map(|f| f.maglev.as_ref().map(|(id, _)| *id)).collect();
     let live_backends: BTreeSet<u32> = ids.backends.iter().flatten().copied().collect();
     let mut stale_backends: Vec<u32> = current.backends.keys().filter(|id| !live_backends.contains(id)).copied().collect();
     stale_backends.sort_unstable();
@@ -307,10 +341,12 @@ impl Tables {
 /// them, then what is stale comes out: a frontend present before and after
 /// never stops serving, and its flows keep their backends (the flow table
 /// is the sweep's while there is a gateway).
-pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>) -> Result<Option<Nat46Stats>> {
+/// `quarantined`: backends whose health checks failed, which get no new
+/// flows.
+pub fn sync(pin_dir: &Path, nat46: Option<&Nat46>, quarantined: &BTreeSet<BackendOf>) -> Result<Option<Nat46Stats>> {
     let mut tables = Tables::open(pin_dir)?;
     let gateways = nat46.map_or(&[][..], |n| &n.gateways[..]);
-    let plan = plan(gateways, &tables.read()?);
+    let plan = plan(gateways, &tables.read()?, quarantined);
     tables.apply(&plan)?;
     let Some(nat46) = nat46 else {
         // No gateway, no sweep: its flows go now.
@@ -476,7 +512,7 @@ mod tests {
     #[test]
     fn a_kept_frontend_keeps_its_id_and_its_unchanged_backends_are_not_rewritten() {
         let before = config(&gateway("198.51.100.80:80", &["[2001:db8::a]:80", "[2001:db8::b]:80"]));
-        let first = plan(&before.gateways, &Current::default());
+        let first = plan(&before.gateways, &Current::default(), &BTreeSet::new());
         assert_eq!(first.frontends[0].value, Nat46Frontend { id: 1, backends: 2 });
         let written: Vec<u32> = first.frontends[0].backends.iter().map(|(id, _, _)| *id).collect();
         assert_eq!(written, [SLOTS_PER_FRONTEND, SLOTS_PER_FRONTEND + 1], "an empty table takes every backend");
@@ -488,7 +524,7 @@ mod tests {
             "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n\
              backends = [{ address = \"[2001:db8::b]:80\", weight = 3 }, { address = \"[2001:db8::a]:80\" }]\n",
         );
-        let again = plan(&after.gateways, &tables);
+        let again = plan(&after.gateways, &tables, &BTreeSet::new());
         assert_eq!(again.frontends[0].value, Nat46Frontend { id: 1, backends: 2 });
         assert!(again.frontends[0].backends.is_empty());
         let table = &again.frontends[0].maglev.as_ref().expect("weights: a table").1;
@@ -505,9 +541,9 @@ mod tests {
             gateway("198.51.100.80:80", &["[2001:db8::a]:80", "[2001:db8::b]:80"]),
             gateway("198.51.100.81:443", &["[2001:db8::c]:443"])
         ));
-        let tables = applied(Current::default(), &plan(&before.gateways, &Current::default()));
+        let tables = applied(Current::default(), &plan(&before.gateways, &Current::default(), &BTreeSet::new()));
         let after = config(&gateway("198.51.100.80:80", &["[2001:db8::b]:80"]));
-        let plan = plan(&after.gateways, &tables);
+        let plan = plan(&after.gateways, &tables, &BTreeSet::new());
         assert!(plan.frontends[0].backends.is_empty(), "::b stays where it is");
         assert_eq!(plan.frontends[0].value, Nat46Frontend { id: 1, backends: 1 });
         let gone = frontend_key(&before.gateways[1]);
@@ -522,7 +558,7 @@ mod tests {
             "::a, the :443 frontend, its backend, table and VIP"
         );
         let emptied = applied(tables, &plan);
-        let none = super::plan(&[], &emptied);
+        let none = super::plan(&[], &emptied, &BTreeSet::new());
         assert!(none.frontends.is_empty() && none.vips.is_empty() && none.status.is_empty());
         assert_eq!(none.stale.backends, [SLOTS_PER_FRONTEND + 1]);
         assert_eq!((none.stale.frontends.len(), none.stale.maglev.as_slice(), none.stale.vips.len()), (1, &[1][..], 1));
@@ -535,10 +571,10 @@ mod tests {
                 ports.iter().map(|p| gateway(&format!("198.51.100.80:{p}"), &[&format!("[2001:db8::a]:{p}")])).collect();
             config(&text)
         };
-        let tables = applied(Current::default(), &plan(&ports(&[80, 443, 8080]).gateways, &Current::default()));
-        let without_443 = plan(&ports(&[80, 8080]).gateways, &tables);
+        let tables = applied(Current::default(), &plan(&ports(&[80, 443, 8080]).gateways, &Current::default(), &BTreeSet::new()));
+        let without_443 = plan(&ports(&[80, 8080]).gateways, &tables, &BTreeSet::new());
         let tables = applied(tables, &without_443);
-        let plan = plan(&ports(&[53, 80, 8080]).gateways, &tables);
+        let plan = plan(&ports(&[53, 80, 8080]).gateways, &tables, &BTreeSet::new());
         let ids: Vec<u32> = plan.frontends.iter().map(|f| f.value.id).collect();
         assert_eq!(ids, [2, 1, 3], ":53 takes the id :443 left");
         assert_eq!(plan.frontends[0].backends.iter().map(|(id, _, _)| *id).collect::<Vec<_>>(), [2 * SLOTS_PER_FRONTEND]);
@@ -551,7 +587,7 @@ mod tests {
             "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n\
              backends = [{ address = \"[2001:db8::a]:80\", weight = 0 }, { address = \"[2001:db8::b]:80\", weight = 2 }]\n",
         );
-        let first = plan(&drained.gateways, &Current::default());
+        let first = plan(&drained.gateways, &Current::default(), &BTreeSet::new());
         assert_eq!(first.frontends[0].value.backends, 1);
         assert_eq!(first.frontends[0].backends.len(), 2, "a drained backend keeps its id: its flows go on");
         let buckets: Vec<usize> = first.status[0].backends.iter().map(|b| b.buckets).collect();
@@ -561,9 +597,31 @@ mod tests {
             "[[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\n\
              backends = [{ address = \"[2001:db8::a]:80\", weight = 0 }, { address = \"[2001:db8::b]:80\", weight = 0 }]\n",
         );
-        let plan = plan(&all_drained.gateways, &applied(Current::default(), &first));
+        let plan = plan(&all_drained.gateways, &applied(Current::default(), &first), &BTreeSet::new());
         assert_eq!(plan.frontends[0].value, Nat46Frontend { id: 1, backends: 0 });
         assert!(plan.frontends[0].maglev.is_none());
         assert_eq!(plan.stale, Stale { maglev: vec![1], ..Stale::default() }, "no weight, no table");
+    }
+
+    #[test]
+    fn a_quarantined_backend_leaves_the_table_unless_every_backend_is() {
+        let c = config(&gateway("198.51.100.80:80", &["[2001:db8::a]:80", "[2001:db8::b]:80"]));
+        let g = &c.gateways[0];
+        let of = |b: &str| (g.frontend, g.protocol, b.parse().unwrap());
+        let one: BTreeSet<BackendOf> = [of("[2001:db8::a]:80")].into();
+        let first = plan(&c.gateways, &Current::default(), &one);
+        assert_eq!(first.frontends[0].value.backends, 1, "one backend takes new flows");
+        let table = &first.frontends[0].maglev.as_ref().expect("a table").1;
+        let b_id = first.frontends[0].backends[1].0;
+        assert!(table.backend_ids.iter().all(|id| *id == b_id), "every bucket is ::b's");
+        let health: Vec<Health> = first.status[0].backends.iter().map(|b| b.health).collect();
+        assert_eq!(health, [Health::Quarantined, Health::Healthy]);
+        assert_eq!(first.frontends[0].backends.len(), 2, "::a stays listed: its flows keep it");
+
+        let both: BTreeSet<BackendOf> = [of("[2001:db8::a]:80"), of("[2001:db8::b]:80")].into();
+        let all_down = plan(&c.gateways, &Current::default(), &both);
+        assert_eq!(all_down.frontends[0].value.backends, 2, "all quarantined: the checks are not believed");
+        let shares: Vec<usize> = all_down.status[0].backends.iter().map(|b| b.buckets).collect();
+        assert!(shares.iter().all(|s| *s > 0), "both keep their share: {shares:?}");
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod fragmenter;
 pub mod gateway;
+pub mod health;
 pub mod stateful;
 pub mod translator;
 
@@ -25,6 +26,8 @@ pub struct Nat {
     /// before the next: at most a tenth of a CPU.
     stateful_sweep_after: Option<Instant>,
     gateway_sweep_after: Option<Instant>,
+    /// The gateway's health checks.
+    health: health::Prober,
 }
 
 impl Nat {
@@ -37,6 +40,7 @@ impl Nat {
             if let Err(e) = fragmenter::remove(netlink).await {
                 log::warn!("removing the fragmentation link: {e:#}");
             }
+            self.health.follow(None);
             return Ok(None);
         }
         let fragment_mtu = fragmentation_link(netlink).await;
@@ -47,7 +51,8 @@ impl Nat {
         let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), mark, &routes)?;
         stats.fragment_mtu = fragment_mtu;
         stats.stateful = stateful;
-        stats.nat46 = gateway::sync(pin_dir, config.nat46.as_ref())?;
+        self.health.follow(config.nat46.as_ref());
+        stats.nat46 = gateway::sync(pin_dir, config.nat46.as_ref(), &self.health.quarantined())?;
         if let Some(gateway) = &stats.nat46 {
             log::info!("NAT46 gateway: {} frontend(s), clients from {}", gateway.frontends.len(), gateway.source_prefix);
         }
@@ -101,6 +106,22 @@ impl Nat {
                 let before = stats.stateful.as_ref().map_or(0, |p| p.expired);
                 stats.stateful = Some(stateful::StatefulStats { expired: before + swept.expired, ..swept });
                 swept_any = true;
+            }
+        }
+        // A backend quarantined or back: the Maglev tables follow at once.
+        if let (Some(nat46), Some(quarantined)) = (config.nat46.as_ref(), self.health.changed()) {
+            match gateway::sync(pin_dir, Some(nat46), &quarantined) {
+                Ok(Some(mut now)) => {
+                    if let Some(before) = &stats.nat46 {
+                        (now.flows, now.expired, now.last_sweep_micros) =
+                            (before.flows, before.expired, before.last_sweep_micros);
+                    }
+                    stats.nat46 = Some(now);
+                    self.gateway_sweep_after = None; // each backend's flows, counted again
+                    swept_any = true;
+                }
+                Ok(None) => {}
+                Err(e) => log::error!("applying the NAT46 gateway's health checks: {e:#}"),
             }
         }
         if let (Some(nat46), Some(flows)) = (config.nat46.as_ref(), stats.nat46.clone()) {

@@ -37,7 +37,8 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap};
 use serde::{Deserialize, Serialize};
 use v6node_abi::{
-    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, LB_DSR_IP6IP6, SERVICE_AFFINITY, SERVICE_EXTERNAL,
+    maps, L4Addr, LbConfig, MaglevTable, ServiceKey, ServiceStats, ServiceValue, LB_DSR, LB_DSR_IP6IP6, SERVICE_AFFINITY,
+    SERVICE_EXTERNAL,
 };
 use v6node_k8s::{
     services::{Address, Frontend, Protocol},
@@ -207,12 +208,11 @@ impl Tables {
                 written.maglev = vec![0];
             }
         }
-        current.outside =
-            self.config.get(&0, 0).ok().map(|c| Outside {
-                masquerade: c.masquerade_addr.into(),
-                dsr: c.flags & LB_DSR != 0,
-                ip6ip6: c.flags & LB_DSR_IP6IP6 != 0,
-            });
+        current.outside = self.config.get(&0, 0).ok().map(|c| Outside {
+            masquerade: c.masquerade_addr.into(),
+            dsr: c.flags & LB_DSR != 0,
+            ip6ip6: c.flags & LB_DSR_IP6IP6 != 0,
+        });
         Ok(current)
     }
 }

@@ -39,6 +39,31 @@ pub struct Nat46Gateway {
     pub frontend: SocketAddrV4,
     pub protocol: Nat46Protocol,
     pub backends: Vec<Nat46Backend>,
+    /// Each backend probed; one that fails gets no new flows until it
+    /// passes again. None: every backend is taken as healthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<Nat46HealthCheck>,
+}
+
+/// `nat46.gateway[].health_check`: a TCP connection to each backend every
+/// `interval_seconds` (to `port`, else the backend's own), given
+/// `timeout_ms` to be accepted. After `fall` failures in a row the backend
+/// is quarantined: it leaves the Maglev table (no new flows) and keeps its
+/// flows; after `rise` successes in a row it is back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Nat46HealthCheck {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    pub interval_seconds: u32,
+    pub timeout_ms: u32,
+    pub fall: u32,
+    pub rise: u32,
+}
+
+impl Default for Nat46HealthCheck {
+    fn default() -> Self {
+        Nat46HealthCheck { port: None, interval_seconds: 5, timeout_ms: 1000, fall: 3, rise: 2 }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -54,7 +79,7 @@ pub struct Nat46Backend {
 pub const NAT46_WEIGHT_DEFAULT: u32 = 1;
 pub const NAT46_WEIGHT_MAX: u32 = 1000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Nat46Protocol {
     Tcp,
@@ -140,7 +165,7 @@ fn read_gateway(v: &Validator, key: &str, item: &Value, nat64: &Nat64, source_pr
     let Value::Table(t) = item else {
         return Err(v.type_err(key, "a table { frontend = \"198.51.100.80:443\", protocol = \"tcp\", backends = [...] }", item));
     };
-    v.known_keys(t, key, &["frontend", "protocol", "backends"])?;
+    v.known_keys(t, key, &["frontend", "protocol", "backends", "health_check"])?;
     let path = format!("{key}.frontend");
     let frontend: SocketAddrV4 = match t.get("frontend") {
         Some(Value::String(s)) => s
@@ -212,7 +237,55 @@ fn read_gateway(v: &Validator, key: &str, item: &Value, nat64: &Nat64, source_pr
         }
         backends.push(Nat46Backend { address, weight });
     }
-    Ok(Nat46Gateway { frontend, protocol, backends })
+    let health_check = read_health_check(v, &format!("{key}.health_check"), t.get("health_check"), protocol)?;
+    Ok(Nat46Gateway { frontend, protocol, backends, health_check })
+}
+
+fn read_health_check(
+    v: &Validator,
+    key: &str,
+    item: Option<&Value>,
+    protocol: Nat46Protocol,
+) -> Result<Option<Nat46HealthCheck>> {
+    let Some(item) = item else {
+        return Ok(None);
+    };
+    let Value::Table(t) = item else {
+        return Err(v.type_err(key, "a table { interval_seconds = 5, timeout_ms = 1000, fall = 3, rise = 2 }", item));
+    };
+    v.known_keys(t, key, &["port", "interval_seconds", "timeout_ms", "fall", "rise"])?;
+    let mut check = Nat46HealthCheck::default();
+    let number = |name: &str, default: u32, range: std::ops::RangeInclusive<u32>| -> Result<u32> {
+        let path = format!("{key}.{name}");
+        match v.integer(t, &path)? {
+            None => Ok(default),
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| v.err(&path, format!("{n} is out of range; expected {}..={}", range.start(), range.end()))),
+        }
+    };
+    check.interval_seconds = number("interval_seconds", check.interval_seconds, 1..=3600)?;
+    check.timeout_ms = number("timeout_ms", check.timeout_ms, 1..=check.interval_seconds * 1000)?;
+    check.fall = number("fall", check.fall, 1..=10)?;
+    check.rise = number("rise", check.rise, 1..=10)?;
+    let path = format!("{key}.port");
+    check.port = match v.integer(t, &path)? {
+        None => None,
+        Some(n) => Some(
+            u16::try_from(n)
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| v.err(&path, format!("{n} is out of range; expected 1..=65535")))?,
+        ),
+    };
+    if protocol == Nat46Protocol::Udp && check.port.is_none() {
+        return Err(v.err(
+            &format!("{key}.port"),
+            "missing; a UDP frontend's backends are probed by TCP, on a port that answers when the backend is healthy",
+        ));
+    }
+    Ok(Some(check))
 }
 
 /// The gateway's source prefix: a /96, host bits zero.
@@ -229,7 +302,7 @@ fn nat46_prefix(s: &str) -> std::result::Result<Ipv6Net, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::Nat46Protocol;
+    use super::{Nat46HealthCheck, Nat46Protocol};
     use crate::testutil::{bad, ok};
 
     #[test]
@@ -299,5 +372,31 @@ mod tests {
         );
         bad(&with("udp_seconds = 0\n"), "nat46.udp_seconds", "out of range");
         bad(&gw("frontend = \"198.51.100.80:80\"\nweight = 2"), "nat46.gateway[0].weight", "unknown key");
+    }
+
+    #[test]
+    fn nat46_health_checks_probe_by_tcp_with_bounds() {
+        let head = "[nat64]\ndevices = [\"eth0\"]\n[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n[[nat46.gateway]]\n";
+        let gw = |body: &str| format!("{head}frontend = \"198.51.100.80:80\"\n{body}\n");
+        assert_eq!(ok(&gw("")).nat46.unwrap().gateways[0].health_check, None, "off unless set");
+        let c = ok(&gw("health_check = {}"));
+        let check = c.nat46.clone().unwrap().gateways[0].health_check.unwrap();
+        assert_eq!(check, Nat46HealthCheck::default());
+        assert_eq!((check.interval_seconds, check.timeout_ms, check.fall, check.rise), (5, 1000, 3, 2));
+        let c2 = ok(&gw("health_check = { port = 9000, interval_seconds = 1, timeout_ms = 200, fall = 2, rise = 1 }"));
+        let check = c2.nat46.clone().unwrap().gateways[0].health_check.unwrap();
+        assert_eq!(check, Nat46HealthCheck { port: Some(9000), interval_seconds: 1, timeout_ms: 200, fall: 2, rise: 1 });
+        for c in [c, c2] {
+            assert_eq!(ok(&toml::to_string(&c).unwrap()), c, "round trip");
+        }
+        let key = "nat46.gateway[0].health_check";
+        bad(&gw("health_check = { interval_seconds = 0 }"), &format!("{key}.interval_seconds"), "1..=3600");
+        bad(&gw("health_check = { interval_seconds = 1, timeout_ms = 1500 }"), &format!("{key}.timeout_ms"), "1..=1000");
+        bad(&gw("health_check = { fall = 0 }"), &format!("{key}.fall"), "1..=10");
+        bad(&gw("health_check = { rise = 11 }"), &format!("{key}.rise"), "1..=10");
+        bad(&gw("health_check = { port = 0 }"), &format!("{key}.port"), "1..=65535");
+        bad(&gw("health_check = { path = \"/\" }"), &format!("{key}.path"), "unknown key");
+        bad(&gw("health_check = 5"), key, "a table");
+        bad(&gw("protocol = \"udp\"\nhealth_check = {}"), &format!("{key}.port"), "probed by TCP");
     }
 }
