@@ -550,6 +550,7 @@ spec:
   clusterIP: fd00:10:96::95
   clusterIPs: ["fd00:10:96::95"]
   ipFamilies: [IPv6]
+  externalIPs: ["fd00:9:e::95"]
   ports:
     - { name: http, port: 80, targetPort: 8080, nodePort: 30095, protocol: TCP }
     - { name: dns, port: 53, targetPort: 5353, nodePort: 30096, protocol: UDP }
@@ -566,6 +567,7 @@ endpoints:
   - { addresses: ["$far_pod"], nodeName: node-b, conditions: { ready: true } }
 EOF
 far_served() { [[ "$(jq_status '[.services.frontends[] | select(.address.port == 30095 or .address.port == 30096) | .from_outside | length] | add')" == 2 ]]; }
+ip -n "$gw_ns" route add fd00:9:e::95/128 via fd00:9::a
 retry 20 far_served
 wait_for "pod-far's server" bound "$far" tcp 8080
 # Known neighbours: a frame whose next hop the kernel has yet to resolve is tc's.
@@ -601,6 +603,15 @@ wait "$loop"
 pass_if "xdp: 100 requests to NodePort 30095 across a SIGKILL and restart of the agent: none failed" \
     bash -c "! grep -q FAILED '$work/far-restart.log' && test \$(grep -c pod-far '$work/far-restart.log') = 100"
 pass_if "xdp: the restarted agent adopted eth0's XDP link" grep -q 'eth0 xdp: adopted' "$work/agent.log"
+# The Service's external IP: its port 80 is served (in XDP, to pod-far);
+# any other port is nobody's here, and is dropped at the uplink rather than
+# routed back to the router that sent it.
+external_far() { [[ "$(from_outside curl -sS -m 3 "http://[fd00:9:e::95]/")" == pod-far* ]]; }
+pass_if "xdp: from outside -> external IP fd00:9:e::95:80: pod-far answers" external_far
+unknown_before=$(service_count xdp service_port_unknown)
+from_outside curl -sS -m 2 -o /dev/null "http://[fd00:9:e::95]:81/" 2>/dev/null
+pass_if "xdp: its port 81, which no frontend serves: dropped in the driver (service_port_unknown under xdp)" \
+    test "$(($(service_count xdp service_port_unknown) - unknown_before))" -ge 1
 kc delete service far >/dev/null
 kc delete endpointslice far-1 >/dev/null
 

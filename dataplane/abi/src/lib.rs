@@ -126,6 +126,8 @@ pub mod maps {
     pub const AFFINITY: &str = "v6n_affinity";
     /// Declared in `bpf/lib/maps.h`: the Service each socket was sent to a backend of.
     pub const SOCK_REVNAT: &str = "v6n_sock_revnat";
+    /// Declared in `bpf/lib/nodeport_state.h`: Services' external and load-balancer IPs.
+    pub const LB_VIPS: &str = "v6n_lb_vips";
     /// Declared in `bpf/lib/ct.h`: connection tracking.
     pub const CT: &str = "v6n_ct";
     /// Declared in `bpf/lib/nodeport.h`: Services reached from outside.
@@ -207,6 +209,7 @@ impl Reason {
         Reason::V6N_REASON_POLICY_AUDIT,
         Reason::V6N_REASON_DROP_KERNEL,
         Reason::V6N_REASON_DROP_BANDWIDTH,
+        Reason::V6N_REASON_DROP_NO_FRONTEND,
     ];
 
     /// Stable name used in `status` output and as a Prometheus label.
@@ -242,6 +245,7 @@ impl Reason {
             Reason::V6N_REASON_POLICY_AUDIT => "policy_audit_would_deny",
             Reason::V6N_REASON_DROP_KERNEL => "kernel_drop",
             Reason::V6N_REASON_DROP_BANDWIDTH => "bandwidth_beyond_horizon",
+            Reason::V6N_REASON_DROP_NO_FRONTEND => "service_port_unknown",
             Reason::V6N_REASON_COUNT => "invalid",
         }
     }

@@ -177,6 +177,7 @@ mod tests {
             maps::SERVICE_STATS,
             maps::AFFINITY,
             maps::SOCK_REVNAT,
+            maps::LB_VIPS,
         ] {
             assert!(pinned.contains(map), "{map} in {pinned:?}");
         }

@@ -13,10 +13,11 @@ use aya::maps::{HashMap, MapData};
 use common::{
     counted,
     events::{events, set_events},
+    ip,
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
-    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_PASS, XDP_TX,
+    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS, XDP_TX,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use v6node_abi::{
@@ -44,6 +45,17 @@ fn segment(proto: u8, src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16, syn:
     } else {
         ip.tcp(sport, dport, 2, 65535).ack(1).write(&mut packet, payload).unwrap();
     }
+    packet
+}
+
+/// An ICMPv6 echo request from `src` to `dst`.
+fn icmp_echo(src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+    let mut packet = Vec::new();
+    PacketBuilder::ethernet2(ROUTER_MAC, UPLINK_MAC)
+        .ipv6(src.octets(), dst.octets(), 64)
+        .icmpv6_echo_request(7, 1)
+        .write(&mut packet, b"ping")
+        .unwrap();
     packet
 }
 
@@ -801,6 +813,51 @@ fn xdp_sends_direct_server_return_inside_ipv6_byte_for_byte_as_tc() {
         }
         assert_eq!(node.xdp(Reason::V6N_REASON_LB_TRANSLATED) + node.xdp(Reason::V6N_REASON_LB_TRACKED), 2);
     }
+}
+
+impl Node {
+    /// `vip` as a Service's external IP (v6n_lb_vips), as the agent writes it.
+    fn announce_vip(&mut self, vip: Ipv6Addr) {
+        let mut vips: HashMap<&mut MapData, [u8; 16], u8> = HashMap::try_from(self.host.map_mut(maps::LB_VIPS).unwrap()).unwrap();
+        vips.insert(vip.octets(), 1, 0).unwrap();
+    }
+}
+
+#[test]
+fn a_vips_port_no_frontend_serves_is_dropped_early_at_tc_and_in_xdp() {
+    let setup = |node: &mut Node| {
+        node.dsr_frontend(TCP, OTHER_POD);
+        node.announce_vip(VIP);
+    };
+    let unserved = segment(TCP, REMOTE, CLIENT_PORT, VIP, LB_PORT + 1, true);
+    let served = segment(TCP, REMOTE, CLIENT_PORT, VIP, LB_PORT, true);
+
+    let mut tc = Node::new("vip-unserved-tc", 0);
+    setup(&mut tc);
+    assert_eq!(tc.arrived_on_uplink(&unserved).verdict, TC_ACT_SHOT, "tc: nothing admits it");
+    assert_eq!(tc.ingress(Reason::V6N_REASON_DROP_NO_FRONTEND), 1);
+    assert_eq!(tc.arrived_on_uplink(&served).verdict, TC_ACT_REDIRECT, "the frontend's own port is served");
+    // UDP to the VIP's unserved port too; ICMPv6 to it (errors about its
+    // connections, echoes) is not the load balancer's to refuse.
+    let udp = segment(UDP, REMOTE, CLIENT_PORT, VIP, LB_PORT, false);
+    assert_eq!(tc.arrived_on_uplink(&udp).verdict, TC_ACT_SHOT, "no UDP frontend on the VIP");
+    let echo = icmp_echo(REMOTE, VIP);
+    assert_ne!(tc.arrived_on_uplink(&echo).verdict, TC_ACT_SHOT, "ICMPv6 passes");
+    assert_eq!(tc.ingress(Reason::V6N_REASON_DROP_NO_FRONTEND), 2);
+    // A port of an address that is no VIP: the stack's (a node's own port).
+    let other = segment(TCP, REMOTE, CLIENT_PORT, NODE, LB_PORT + 1, true);
+    assert_eq!(tc.arrived_on_uplink(&other).verdict, TC_ACT_UNSPEC);
+    // A VIP no longer listed (the agent leaves the node's own addresses out).
+    let mut vips: HashMap<&mut MapData, [u8; 16], u8> = HashMap::try_from(tc.host.map_mut(maps::LB_VIPS).unwrap()).unwrap();
+    vips.remove(&VIP.octets()).unwrap();
+    assert_eq!(tc.arrived_on_uplink(&unserved).verdict, TC_ACT_UNSPEC, "left to the stack");
+
+    let mut xdp = Node::with_xdp("vip-unserved-xdp");
+    setup(&mut xdp);
+    assert_eq!(xdp.xdp_on_uplink(&unserved).0, XDP_DROP, "dropped in the driver");
+    assert_eq!(xdp.xdp(Reason::V6N_REASON_DROP_NO_FRONTEND), 1);
+    assert_eq!(xdp.xdp_on_uplink(&served).0, XDP_TX);
+    assert_eq!(xdp.xdp_on_uplink(&echo), (XDP_PASS, echo.clone()), "ICMPv6 left to tc");
 }
 
 #[test]

@@ -379,8 +379,12 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 	} else {
 		struct v6n_nodeport_pick pick;
 
-		if (v6n_nodeport_pick(skb, &flow, &pick) < 0)
-			return V6N_REASON_PASS;
+		if (v6n_nodeport_pick(skb, &flow, &pick) < 0) {
+			if (!v6n_nodeport_unserved(&flow))
+				return V6N_REASON_PASS;
+			*action = TC_ACT_SHOT;
+			return V6N_REASON_DROP_NO_FRONTEND;
+		}
 		int remote = pick.backend && !v6n_endpoint((const struct in6_addr *)pick.backend->addr) &&
 			     !v6n_is_local(skb, pick.backend->addr);
 		reason = v6n_nodeport_new(&flow, &pick, remote, &out, now);

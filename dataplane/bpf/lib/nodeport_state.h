@@ -41,6 +41,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } v6n_lb_cfg SEC(".maps");
 
+/* The external and load-balancer IPs of the Services this node serves from
+ * outside (not its own addresses), kept by the agent: a packet to one on a
+ * port no frontend has is admitted by nothing here. The value is unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, V6N_LB_VIPS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct in6_addr);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} v6n_lb_vips SEC(".maps");
+
 /* Masquerade ports are tried at random from here up; the client's own port
  * is tried first. */
 #define V6N_MASQ_PORT_MIN 1024
@@ -84,6 +96,20 @@ static __always_inline int v6n_is_local(struct v6n_ctx *ctx, const __u8 addr[16]
 
 	__builtin_memcpy(fib.ipv6_dst, addr, 16);
 	return bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
+/*
+ * A packet of `flow` (TCP, UDP or SCTP) from outside that no frontend took
+ * (v6n_nodeport_pick failed): to a Service's external or load-balancer IP
+ * on a port none of its frontends serves, it is admitted by nothing here,
+ * and routed on it would go back to the router that sent it. Dropped early
+ * (V6N_REASON_DROP_NO_FRONTEND). The agent leaves the node's own addresses
+ * out of v6n_lb_vips (an externalIP may name one, whose other ports are the
+ * node's): the FIB cannot tell a local address from one without a route.
+ */
+static __always_inline int v6n_nodeport_unserved(const struct v6n_flow *flow)
+{
+	return bpf_map_lookup_elem(&v6n_lb_vips, flow->key.daddr) != NULL;
 }
 
 /*

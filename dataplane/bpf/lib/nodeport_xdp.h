@@ -14,7 +14,8 @@
  * is too big or whose hop limit is out (the stack answers those), a
  * backend that left, SCTP (its checksum covers the whole packet), ICMPv6
  * errors, and direct server return's frontend header arriving here (for a
- * backend here). Direct server return's header is pushed here too.
+ * backend here). Direct server return's header is pushed here too. What
+ * nothing admits, a Service VIP's port no frontend has, is dropped here.
  */
 #ifndef V6NODE_LIB_NODEPORT_XDP_H
 #define V6NODE_LIB_NODEPORT_XDP_H
@@ -221,7 +222,13 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 	} else {
 		struct v6n_nodeport_pick pick;
 
-		if (v6n_nodeport_pick(ctx, flow, &pick) < 0 || !pick.backend)
+		if (v6n_nodeport_pick(ctx, flow, &pick) < 0) {
+			if (!v6n_nodeport_unserved(flow))
+				return V6N_REASON_PASS;
+			*action = XDP_DROP;
+			return V6N_REASON_DROP_NO_FRONTEND;
+		}
+		if (!pick.backend)
 			return V6N_REASON_PASS;
 		/* What the packet will leave as, for the FIB to place the backend:
 		 * a next hop out of this uplink is on another node. */

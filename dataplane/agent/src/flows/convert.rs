@@ -50,7 +50,8 @@ fn drop_reason(reason: Reason) -> DropReason {
         Reason::V6N_REASON_DROP_MALFORMED => DropReason::InvalidPacketDropped,
         Reason::V6N_REASON_DROP_SPOOFED => DropReason::InvalidSourceIp,
         Reason::V6N_REASON_DROP_NOT_IPV6 => DropReason::UnsupportedL3Protocol,
-        Reason::V6N_REASON_DROP_NO_BACKEND => DropReason::ServiceBackendNotFound,
+        // Cilium counts a VIP's unknown port (its DROP_NO_SERVICE) under the same code.
+        Reason::V6N_REASON_DROP_NO_BACKEND | Reason::V6N_REASON_DROP_NO_FRONTEND => DropReason::ServiceBackendNotFound,
         Reason::V6N_REASON_DROP_HOP_LIMIT => DropReason::TtlExceeded,
         Reason::V6N_REASON_DROP_DENIED_SOURCE => DropReason::DeniedByLbSrcRangeCheck,
         Reason::V6N_REASON_DROP_POOL_EXHAUSTED | Reason::V6N_REASON_DROP_NAT_PORTS => DropReason::SnatNoMapFound,

@@ -4,21 +4,68 @@
 //! to backends that left out. Runs when Services, EndpointSlices, Nodes or
 //! this node's pods changed.
 
-use std::{net::Ipv6Addr, path::PathBuf, sync::Arc};
+use std::{
+    collections::BTreeSet,
+    net::Ipv6Addr,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use ipnet::Ipv6Net;
+use v6node_abi::maps;
 use v6node_config::{Config, RemoteBackends};
+use v6node_k8s::services::{FrontendKind, ServicesView};
 
 use super::{
     connections::{self, LeftBackend, Reply},
     health_checks, Outside, ServiceTables, ServicesState,
 };
-use crate::{cluster::Cluster, endpoints::Endpoints, paths::Paths};
+use crate::{bpf, cluster::Cluster, endpoints::Endpoints, paths::Paths};
 
 /// What ending connections to backends that left came to, reported from
 /// the task that asked: the daemon records it for `status`.
 pub type OnEnded = Arc<dyn Fn(&Result<Reply>) + Send + Sync>;
+
+/// The external and load-balancer IPs of `view`'s frontends, but `own`
+/// (an externalIP may be an address of the node's, whose other ports are
+/// its own).
+fn vips(view: &ServicesView, own: &BTreeSet<Ipv6Addr>) -> BTreeSet<Ipv6Addr> {
+    view.frontends
+        .iter()
+        .filter(|f| matches!(f.kind, FrontendKind::ExternalIp | FrontendKind::LoadBalancer))
+        .map(|f| f.address.ip)
+        .filter(|ip| !own.contains(ip))
+        .collect()
+}
+
+/// The IPv6 addresses of the agent's network namespace: the node's.
+/// (ProcSubset=pid leaves /proc/<pid>/net visible.)
+fn own_addresses() -> BTreeSet<Ipv6Addr> {
+    let table = std::fs::read_to_string("/proc/thread-self/net/if_inet6").unwrap_or_default();
+    table
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|hex| u128::from_str_radix(hex, 16).ok())
+        .map(Ipv6Addr::from)
+        .collect()
+}
+
+/// Makes `v6n_lb_vips` hold `vips`: a packet from outside to one of them on
+/// a port no frontend has is dropped at the uplink, not routed back where it
+/// came from.
+fn sync_vips(pin_dir: &Path, vips: &BTreeSet<Ipv6Addr>) -> Result<()> {
+    let mut table: BpfHashMap<MapData, [u8; 16], u8> = bpf::open_pinned_map(pin_dir, maps::LB_VIPS)?;
+    let stale: Vec<[u8; 16]> = table.keys().filter_map(Result::ok).filter(|k| !vips.contains(&Ipv6Addr::from(*k))).collect();
+    for addr in stale {
+        table.remove(&addr).with_context(|| format!("removing {}", Ipv6Addr::from(addr)))?;
+    }
+    for vip in vips {
+        table.insert(vip.octets(), 1, 0).with_context(|| format!("writing {vip}"))?;
+    }
+    Ok(())
+}
 
 /// This node as the cluster view knows it, for the service tables.
 pub struct Node {
@@ -80,6 +127,9 @@ impl ServiceProxy {
             .and_then(|p| v6node_api::masquerade_address(p.network(), p.prefix_len()))
             .map(|masquerade| Outside { masquerade, dsr, ip6ip6 });
         let (next, left) = self.tables.apply(&paths.pin_dir, &view, outside, previous);
+        if let Err(e) = sync_vips(&paths.pin_dir, &vips(&view, &own_addresses())) {
+            log::error!("the Services' external and load-balancer IPs: {e:#}");
+        }
         if !left.is_empty() {
             self.end_connections(endpoints, left);
         }
@@ -106,5 +156,15 @@ impl ServiceProxy {
             }
             on_ended(&outcome);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_own_addresses_are_read_and_loopback_is_one() {
+        assert!(own_addresses().contains(&Ipv6Addr::LOCALHOST), "{:?}", own_addresses());
     }
 }

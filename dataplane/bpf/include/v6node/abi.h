@@ -56,6 +56,9 @@ enum v6n_reason {
 	 * pacing horizon (lib/bandwidth.h): its pod sends or is sent more than
 	 * its limit lets through. */
 	V6N_REASON_DROP_BANDWIDTH = 29,
+	/* To an external or load-balancer IP of a Service (v6n_lb_vips) on a
+	 * port and protocol none of its frontends serves. */
+	V6N_REASON_DROP_NO_FRONTEND = 30,
 	V6N_REASON_COUNT
 };
 
@@ -426,6 +429,7 @@ struct v6n_ct_value {
 
 #define V6N_SERVICE_SLOTS_MAX 1048576 /* frontends plus all their backend slots */
 #define V6N_BACKENDS_MAX 262144
+#define V6N_LB_VIPS_MAX 65536 /* external and load-balancer IPs */
 #define V6N_FRONTENDS_MAX 131072
 #define V6N_BACKENDS_PER_SERVICE_MAX 4096 /* more are clamped, with a reason in status */
 #define V6N_AFFINITY_MAX 65536
