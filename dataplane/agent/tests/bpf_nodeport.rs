@@ -13,7 +13,6 @@ use aya::maps::{HashMap, MapData};
 use common::{
     counted,
     events::{events, set_events},
-    ip,
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
