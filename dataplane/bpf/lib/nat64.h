@@ -92,10 +92,11 @@ static __always_inline __u32 v6n_low_mask(__u32 bits)
  * IPv6 -> IPv4. Returns 0 and sets *out (network order), or -1 when the
  * address is in neither the EAM table nor the prefix, or is a destination
  * the IPv6 network routes (V6N_EAM_ROUTED_NATIVELY). The RFC 6052 "u" octet
- * (bits 64-71) must be zero for prefixes shorter than /96.
+ * (bits 64-71) must be zero for prefixes shorter than /96. *by_eam, unless
+ * NULL, says whether the address is in the EAM table.
  */
-static __always_inline int v6n_map_6to4_as(const struct v6n_nat64_config *cfg, const struct in6_addr *addr,
-					   __be32 *out, int destination)
+static __always_inline int v6n_map_6to4_by(const struct v6n_nat64_config *cfg, const struct in6_addr *addr,
+					   __be32 *out, int destination, int *by_eam)
 {
 	struct v6n_lpm6_key key = { .prefixlen = 128 };
 	const struct v6n_eam_value *eam;
@@ -103,6 +104,8 @@ static __always_inline int v6n_map_6to4_as(const struct v6n_nat64_config *cfg, c
 
 	__builtin_memcpy(key.addr, a, 16);
 	eam = bpf_map_lookup_elem(&v6n_eam6, &key);
+	if (by_eam)
+		*by_eam = eam != NULL;
 	if (eam) {
 		if (destination && (eam->flags & V6N_EAM_ROUTED_NATIVELY))
 			return -1;
@@ -154,6 +157,13 @@ static __always_inline int v6n_map_6to4_as(const struct v6n_nat64_config *cfg, c
 	}
 	*out = bpf_htonl(((__u32)b0 << 24) | ((__u32)b1 << 16) | ((__u32)b2 << 8) | b3);
 	return 0;
+}
+
+/* v6n_map_6to4_by, where whether an EAM matched is not asked. */
+static __always_inline int v6n_map_6to4_as(const struct v6n_nat64_config *cfg, const struct in6_addr *addr,
+					   __be32 *out, int destination)
+{
+	return v6n_map_6to4_by(cfg, addr, out, destination, NULL);
 }
 
 /* A source, or an address inside a quoted packet: any mapping applies. */

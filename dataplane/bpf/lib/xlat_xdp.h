@@ -176,7 +176,7 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 	if (nexthdr == IPPROTO_UDP && !s->l4_header[6] && !s->l4_header[7])
 		return V6N_XDP_TO_TC;
 
-	int nat46 = v6n_nat46_is_client(cfg, &ip6.daddr), stateful = 0;
+	int nat46 = v6n_nat46_is_client(cfg, &ip6.daddr), stateful = 0, dst_eam = 0;
 	__u32 port_at = 0;
 	struct bpf_fib_lookup fib;
 	if (nat46) {
@@ -193,12 +193,11 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 			return V6N_XDP_DROP(-vip);
 		saddr = (__be32)vip;
 		port_at = s->l4.port_offset - l4_offset + 1;
-	} else if (v6n_map_6to4_as(cfg, &ip6.daddr, &daddr, 1) < 0) {
+	} else if (v6n_map_6to4_by(cfg, &ip6.daddr, &daddr, 1, &dst_eam) < 0) {
 		return V6N_XDP_TO_TC;
 	} else if (v6n_map_6to4(cfg, &ip6.saddr, &saddr) < 0) {
-		struct v6n_lpm6_key key = { .prefixlen = 128 };
-		__builtin_memcpy(key.addr, &ip6.daddr, 16);
-		if (bpf_map_lookup_elem(&v6n_eam6, &key) || !v6n_nat64_may_use_pool(&ip6.saddr) ||
+		/* An EAM destination from an unmapped source is routed, not translated. */
+		if (dst_eam || !v6n_nat64_may_use_pool(&ip6.saddr) ||
 		    v6n_xlat_xdp_leaves_here4(ctx, &fib, daddr, V6N_IP4_HLEN + plen) < 0)
 			return V6N_XDP_TO_TC;
 		v6n_nat64_parse_l4(nexthdr, l4_offset, 0, &s->l4, s->l4_header);
