@@ -449,10 +449,27 @@ impl Node {
 /// another node sends on: a node of its own, in a thread of its own (a
 /// network namespace of its own), as each node of a cluster is.
 fn forwarded_by_a_receiving_node(test: &str, proto: u8, packet: Vec<u8>) -> Run {
+    sent_on_by_a_node_set_up_by(
+        test,
+        packet,
+        if proto == TCP { |n| n.dsr_frontend(TCP, OTHER_POD) } else { |n| n.dsr_frontend(UDP, OTHER_POD) },
+    )
+}
+
+/// As `forwarded_by_a_receiving_node`, the receiving node in `dsr-ip6ip6` mode.
+fn encapsulated_by_a_receiving_node(test: &str, proto: u8, packet: Vec<u8>) -> Run {
+    sent_on_by_a_node_set_up_by(
+        test,
+        packet,
+        if proto == TCP { |n| n.dsr_ip6ip6_frontend(TCP, OTHER_POD) } else { |n| n.dsr_ip6ip6_frontend(UDP, OTHER_POD) },
+    )
+}
+
+fn sent_on_by_a_node_set_up_by(test: &str, packet: Vec<u8>, setup: fn(&mut Node)) -> Run {
     let test = test.to_string();
     std::thread::spawn(move || {
         let mut node = Node::new(&test, 0);
-        node.dsr_frontend(proto, OTHER_POD);
+        setup(&mut node);
         node.arrived_on_uplink(&packet)
     })
     .join()
@@ -475,19 +492,6 @@ fn frontend_header(frame: &[u8]) -> Option<((Ipv6Addr, u16), Vec<u8>)> {
     let payload_len = (bare.len() - 54) as u16;
     bare[18..20].copy_from_slice(&payload_len.to_be_bytes());
     Some((frontend, bare))
-}
-
-/// What a node in `dsr-ip6ip6` mode sends on for `packet` to OTHER_POD on
-/// another node, as `forwarded_by_a_receiving_node`.
-fn encapsulated_by_a_receiving_node(test: &str, proto: u8, packet: Vec<u8>) -> Run {
-    let test = test.to_string();
-    std::thread::spawn(move || {
-        let mut node = Node::new(&test, 0);
-        node.dsr_ip6ip6_frontend(proto, OTHER_POD);
-        node.arrived_on_uplink(&packet)
-    })
-    .join()
-    .expect("the receiving node's thread")
 }
 
 /// The outer IPv6 header's (source, destination) and the frame inside it
