@@ -47,6 +47,18 @@ pings() { in_peer ping -q -c "${1:-3}" -i 0.1 -W 1 fd00:6f::2; }
 ip_link_xdp() { ip -n "$node" link show "$1" | grep -oE '\b(xdpgeneric|xdpoffload|xdp)\b' | head -1; }
 path_of() { jq_status --arg dev "$1" '.attachments as $a | [$a[] | select(.device == $dev and .direction == "xdp")][0] | if . == null then "tc" elif .action == "declined" or .error != null then "tc: \(.note // .error)" else "xdp" end'; }
 metric() { curl -sf --unix-socket "$work/metrics.sock" http://node/metrics | grep -E "^$1 " | awk '{print $2}'; }
+# flood_across_restart DESTINATION: 20,000 pings from the peer while the
+# agent is killed (SIGKILL) and started again (with the caller's
+# environment); their summary in $work/flood.log.
+flood_across_restart() {
+    in_peer ping -f -q -c 20000 "$1" >"$work/flood.log" 2>&1 &
+    local flood=$!
+    sleep 0.3
+    kill -9 "$agent_pid"
+    wait "$agent_pid" 2>/dev/null
+    agent_start
+    wait "$flood"
+}
 xdp_link_id() { jq_status '.links[] | select(.device == "node0" and .direction == "xdp") | .link_id'; }
 
 # --- auto: native XDP where the driver has it, tc alone where not -------------------
@@ -106,13 +118,7 @@ pass_if "back to auto: node0 runs XDP again, by a new link" \
 
 # --- restart and upgrade under traffic ----------------------------------------------
 link_before=$(xdp_link_id)
-in_peer ping -f -q -c 20000 fd00:6f::2 >"$work/flood.log" 2>&1 &
-flood=$!
-sleep 0.3
-kill -9 "$agent_pid"
-wait "$agent_pid" 2>/dev/null
-agent_start
-wait "$flood"
+flood_across_restart fd00:6f::2
 pass_if "ping flood of 20000 across SIGKILL and restart: 0% loss" grep -q ' 0% packet loss' "$work/flood.log"
 pass_if "the restarted agent adopted the XDP link (same id)" \
     test "$(grep -c 'node0 xdp: adopted' "$work/agent.log")/$(xdp_link_id)" = "1/$link_before"
@@ -120,13 +126,7 @@ pass_if "the restarted agent adopted the XDP link (same id)" \
 # its tag): what an agent upgrade brings.
 "$top/dataplane/bpf/cc" "$top/dataplane/bpf/xdp.bpf.c" "$work/xdp-v3.bpf.o" -mcpu=v3
 old_prog=$(jq_status '.links[] | select(.direction == "xdp") | .program_id')
-in_peer ping -f -q -c 20000 fd00:6f::2 >"$work/flood.log" 2>&1 &
-flood=$!
-sleep 0.3
-kill -9 "$agent_pid"
-wait "$agent_pid" 2>/dev/null
-V6NODE_DATAPLANE_XDP_OBJECT="$work/xdp-v3.bpf.o" agent_start
-wait "$flood"
+V6NODE_DATAPLANE_XDP_OBJECT="$work/xdp-v3.bpf.o" flood_across_restart fd00:6f::2
 pass_if "another build is swapped into the same XDP link: replaced" \
     test "$(grep -c 'node0 xdp: replaced' "$work/agent.log")/$(xdp_link_id)" = "1/$link_before"
 pass_if "the link runs the new program" test "$(jq_status '.links[] | select(.direction == "xdp") | .program_id')" != "$old_prog"
@@ -179,13 +179,7 @@ read -r xdp_after tc64_after tc46_after <<<"$(xlat_counts)"
 translated="$((xdp_after - xdp_before)) $((tc64_after - tc64_before)) $((tc46_after - tc46_before))"
 pass_if "XDP translated all 20 datagrams, tc none (xdp, tc 6to4, tc 4to6: $translated)" test "$translated" = "20 0 0"
 link_before=$(xdp_link_id)
-in_peer ping -f -q -c 20000 64:ff9b:1::c000:201 >"$work/flood.log" 2>&1 &
-flood=$!
-sleep 0.3
-kill -9 "$agent_pid"
-wait "$agent_pid" 2>/dev/null
-agent_start
-wait "$flood"
+flood_across_restart 64:ff9b:1::c000:201
 pass_if "ping flood of 20000 through the translator across SIGKILL and restart: 0% loss" grep -q ' 0% packet loss' "$work/flood.log"
 pass_if "the echoes were translated in XDP" test "$(counter node0 xdp translated)" -ge 40000
 agent_stop

@@ -184,6 +184,19 @@ static __always_inline int v6n_nat46_open(const struct v6n_nat64_config *cfg, st
 	return 0;
 }
 
+/* A flow's forward key, in s->client_key, from the packet s describes: the
+ * client and the VIP as ::ffff:a.b.c.d (s->ipv4_addrs), its ports (the
+ * source from s->l4_header, the destination s->l4.port). */
+static __always_inline void v6n_nat46_client_key(struct v6n_nat64_scratch *s)
+{
+	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
+	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
+	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&s->ipv4_addrs[1]);
+	__builtin_memcpy(&s->client_key.sport, s->l4_header, 2);
+	s->client_key.dport = s->l4.port;
+	s->client_key.proto = s->l4.proto;
+}
+
 /*
  * IPv4 client -> VIP, the state: finds or makes the flow of the packet
  * from s->ipv4_addrs[0] to s->ipv4_addrs[1] that s->l4 describes (TCP or
@@ -205,12 +218,7 @@ static __always_inline int v6n_nat46_inbound_flow(const struct v6n_nat64_config 
 	if (!fe)
 		return V6N_NAT46_NOT_A_FRONTEND;
 
-	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
-	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
-	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&s->ipv4_addrs[1]);
-	__builtin_memcpy(&s->client_key.sport, s->l4_header, 2);
-	s->client_key.dport = s->l4.port;
-	s->client_key.proto = proto;
+	v6n_nat46_client_key(s);
 
 	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
 	if (!out || out->frontend_id != fe->id || !v6n_nat46_backend_stays(out)) {

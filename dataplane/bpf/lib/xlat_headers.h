@@ -20,6 +20,7 @@
 
 #include "csum.h"
 #include "xlat.h"
+#include "xlat_icmp.h"
 
 /*
  * RFC 7915 5.2: ICMPv6 type/code -> ICMPv4, with the 32-bit field after the
@@ -229,6 +230,29 @@ static __always_inline void v6n_ip6_from_ip4(struct ipv6hdr *ip6, const struct i
 	ip6->hop_limit = ip->ttl - 1;
 	ip6->saddr = *saddr;
 	ip6->daddr = *daddr;
+}
+
+
+/*
+ * What translating an ICMP message changes of its checksum (RFC 7915 4.2,
+ * 5.2): ICMPv6 sums a pseudo-header (the addresses, the message's length
+ * `len`, next header 58) that ICMPv4 does not, and the type and code
+ * differ. The difference from the ICMPv6 form to the ICMPv4 one, or, with
+ * `to6`, the other way. XDP's translator uses it; tc's spells the same sum
+ * out in place, where its frames sit at the verifier's 512 bytes and a
+ * call's copy of the addresses would pass them.
+ */
+static __always_inline __u32 v6n_icmp_xlat_diff(const struct in6_addr *saddr, const struct in6_addr *daddr, __u32 len,
+						__u8 type6, __u8 code6, __u8 type4, __u8 code4, int to6)
+{
+	struct {
+		struct v6n_pseudo6 pseudo;
+		__u8 type, code;
+		__u16 zero;
+	} six = { .pseudo = { *saddr, *daddr, bpf_htonl(len), bpf_htonl(IPPROTO_ICMPV6) }, .type = type6, .code = code6 };
+	__u8 four[4] = { type4, code4, 0, 0 };
+
+	return to6 ? v6n_csum_diff(four, 4, &six, sizeof(six)) : v6n_csum_diff(&six, sizeof(six), four, 4);
 }
 
 #endif /* V6NODE_LIB_XLAT_HEADERS_H */

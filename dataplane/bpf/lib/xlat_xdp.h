@@ -76,12 +76,7 @@ static __always_inline int v6n_xlat_xdp_leaves_here4(struct xdp_md *ctx, struct 
  * and reports them. */
 static __always_inline int v6n_xlat_xdp_nat46_known(struct v6n_nat64_scratch *s)
 {
-	__builtin_memset(&s->client_key, 0, sizeof(s->client_key));
-	v6n_v4mapped(s->client_key.saddr, (const __u8 *)&s->ipv4_addrs[0]);
-	v6n_v4mapped(s->client_key.daddr, (const __u8 *)&s->ipv4_addrs[1]);
-	__builtin_memcpy(&s->client_key.sport, s->l4_header, 2);
-	s->client_key.dport = s->l4.port;
-	s->client_key.proto = s->l4.proto;
+	v6n_nat46_client_key(s);
 	return bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key) != NULL;
 }
 
@@ -106,8 +101,9 @@ static __always_inline int v6n_xlat_xdp_l4_header(struct xdp_md *ctx, __u32 l4_o
  * The transport header's checksum (and, for stateful NAT64 and the NAT46
  * gateway, its port or echo identifier `port_at` - 1 bytes in) after the address
  * change `addr_diff`, in the order tc's translation makes them: the port
- * first, then the addresses; for ICMP, the type and pseudo-header change
- * `icmp_diff` instead. Returns 0, or -1 when the frame is too short.
+ * first, then the addresses; for ICMP (`icmp_out`: its new type and code),
+ * `addr_diff` is the type and pseudo-header change (v6n_icmp_xlat_diff).
+ * Returns 0, or -1 when the frame is too short.
  */
 static __always_inline int v6n_xlat_xdp_transport(struct xdp_md *ctx, __u32 l4_offset, __u8 proto, __u32 port_at,
 						  __be16 port, __u32 addr_diff, const struct icmphdr *icmp_out)
@@ -232,16 +228,9 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 	struct icmphdr icmp = {};
 	if (protocol == IPPROTO_ICMP) {
 		struct icmp6hdr icmp6 = { .icmp6_type = s->l4_header[0] };
-		struct {
-			struct v6n_pseudo6 pseudo;
-			__u8 type, code;
-			__u16 zero;
-		} from = { .pseudo = { ip6.saddr, ip6.daddr, bpf_htonl(plen), bpf_htonl(IPPROTO_ICMPV6) },
-			   .type = s->l4_header[0],
-			   .code = s->l4_header[1] };
 		v6n_icmp6_to_icmp4(&icmp6, &icmp);
-		__u8 to[4] = { icmp.type, icmp.code, 0, 0 };
-		diff = v6n_csum_diff(&from, sizeof(from), to, 4);
+		diff = v6n_icmp_xlat_diff(&ip6.saddr, &ip6.daddr, plen, s->l4_header[0], s->l4_header[1], icmp.type,
+					  icmp.code, 0);
 	} else {
 		__be32 to[2] = { saddr, daddr };
 		diff = v6n_csum_diff(&ip6.saddr, 32, to, 8);
@@ -343,15 +332,8 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 		struct icmphdr icmp = { .type = s->l4_header[0] };
 		struct icmp6hdr icmp6 = {};
 		v6n_icmp4_to_icmp6(&icmp, &icmp6);
-		struct {
-			struct v6n_pseudo6 pseudo;
-			__u8 type, code;
-			__u16 zero;
-		} to = { .pseudo = { saddr, daddr, bpf_htonl(l4_len), bpf_htonl(IPPROTO_ICMPV6) },
-			 .type = icmp6.icmp6_type,
-			 .code = icmp6.icmp6_code };
-		__u8 from[4] = { s->l4_header[0], s->l4_header[1], 0, 0 };
-		diff = v6n_csum_diff(from, 4, &to, sizeof(to));
+		diff = v6n_icmp_xlat_diff(&saddr, &daddr, l4_len, icmp6.icmp6_type, icmp6.icmp6_code, s->l4_header[0],
+					  s->l4_header[1], 1);
 		icmp6_as.type = icmp6.icmp6_type;
 		icmp6_as.code = icmp6.icmp6_code;
 	} else {
