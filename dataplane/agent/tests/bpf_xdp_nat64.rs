@@ -184,6 +184,7 @@ fn xdp_binds_stateful_clients_and_brings_the_answers_back_as_tc_does() {
     let mut gw = Gateway::new("xdp-stateful");
     gw.xlat.enable_stateful(&[POOL], CLIENT, 127, 1024, 1031, NAT64_FILTER_ENDPOINT_INDEPENDENT);
     let server = face(V4_HOST);
+    let mut udp_bound = 0;
     for (what, next, proto, out, back) in [
         ("UDP", 17, 17, udp(40000, 53, b"query"), udp(53, 0, b"answer")),
         ("TCP", 6, 6, tcp_with(40000, 443, TCP_SYN), tcp_with(443, 0, TCP_SYN | TCP_ACK)),
@@ -194,6 +195,9 @@ fn xdp_binds_stateful_clients_and_brings_the_answers_back_as_tc_does() {
         let at = if proto == 1 { 38 } else { 34 };
         let pool_port = u16::from_be_bytes([translated[at], translated[at + 1]]);
         assert!((1024..=1031).contains(&pool_port), "{what}: a port of the range, {pool_port}");
+        if proto == 17 {
+            udp_bound = pool_port;
+        }
         let binding = CtKey { daddr: POOL.to_ipv6_mapped().octets(), dport: pool_port.to_be(), proto, ..CtKey::default() };
         assert!(gw.xlat.state().iter().any(|(k, _)| *k == binding), "{what}: XDP made the binding tc then used");
 
@@ -206,8 +210,10 @@ fn xdp_binds_stateful_clients_and_brings_the_answers_back_as_tc_does() {
         assert_eq!(&answer[at..at + 2], &40000u16.to_be_bytes(), "{what}: its own port again");
     }
     // A pool port nobody holds: tc refuses it and counts it (XDP cannot
-    // know whether the answer would have been its to send).
-    gw.leaves_to_tc(&v4_frame(V4_HOST, POOL, 17, &udp(53, 1031, b"scan")), "an unbound pool port");
+    // know whether the answer would have been its to send). Ports are drawn
+    // at random, so the one taken is the UDP binding's neighbour.
+    let unbound = if udp_bound == 1031 { 1024 } else { udp_bound + 1 };
+    gw.leaves_to_tc(&v4_frame(V4_HOST, POOL, 17, &udp(53, unbound, b"scan")), "an unbound pool port");
     assert_eq!(gw.counted_in_xdp(Reason::V6N_REASON_DROP_NO_BINDING), 0);
 }
 
