@@ -7,10 +7,11 @@
  * - a denied source's frames (v6n_deny_src) are dropped;
  * - Services reached from outside whose backend is on another node, and a
  *   masquerading node's replies to their clients, are translated and sent
- *   back out of the uplink (lib/nodeport_xdp.h);
+ *   out of an uplink (lib/nodeport_xdp.h);
  * - on the devices in nat64.devices, the translator's common packets
  *   (stateless NAT46/64, stateful NAT64, the NAT46 gateway) are translated
- *   and sent back out of the uplink (lib/xlat_xdp.h).
+ *   and sent out of an uplink (lib/xlat_xdp.h): the one they came in by,
+ *   or another that runs this program (lib/xdp_send.h).
  *
  * What XDP decides is counted under V6N_DIRECTION_XDP, with the flow event
  * every verdict has. Everything else passes, unrecorded, to tc's

@@ -6,7 +6,8 @@
 # device (auto, xdp, tc), what status and metrics say about each path, early
 # drops in XDP, adoption and replacement of the XDP program under a ping
 # flood, the translator in XDP on a one-armed gateway (UDP and pings both
-# ways, a ping flood across a restart), and detach.
+# ways, a ping flood across a restart) and on a two-armed one (frames
+# redirected between the uplinks' drivers), and detach.
 #
 #   V6NODE_DATAPLANE=path/to/v6node-dataplane tests/netns/xdp.sh
 set -uo pipefail
@@ -182,6 +183,58 @@ link_before=$(xdp_link_id)
 flood_across_restart 64:ff9b:1::c000:201
 pass_if "ping flood of 20000 through the translator across SIGKILL and restart: 0% loss" grep -q ' 0% packet loss' "$work/flood.log"
 pass_if "the echoes were translated in XDP" test "$(counter node0 xdp translated)" -ge 40000
+agent_stop
+
+# --- the translator in XDP: a two-armed gateway -----------------------------------
+# An IPv4 server (192.0.3.1) in a namespace of its own, behind a second
+# uplink, node4: the peer's queries come in on node0 and leave by node4, its
+# answers come back the other way. Both uplinks run the program natively,
+# so XDP sends each frame out of the other one (XDP_REDIRECT): the server's
+# veth, like the peer's, takes them while it runs an XDP program.
+v4=$id-v4
+namespaces "$v4"
+veth "$node node4 192.0.3.2/24" "$v4 v4side 192.0.3.1/24"
+ip -n "$v4" link set dev v4side xdpdrv obj "$work/xdp-pass.bpf.o" sec xdp.frags
+at "$v4" ethtool -K v4side tx off >/dev/null
+ip -n "$v4" route add 198.51.100.0/24 via 192.0.3.2
+dropin 20-nat64 '[nat64]
+devices = ["node0", "node4"]
+prefix = "64:ff9b:1::/96"
+eam = [{ ipv6 = "fd00:6f::1/128", ipv4 = "198.51.100.1/32" }]'
+agent_start
+pass_if "both arms run native XDP (node0, node4: $(path_of node0), $(path_of node4))" \
+    test "$(path_of node0) $(path_of node4)" = "xdp xdp"
+in_node ping -q -c 1 -W 1 192.0.3.1 >/dev/null
+arm_counts() { echo "$(counter node0 xdp translated) $(counter node4 xdp translated) $(counter node0 6to4 translated) $(counter node4 4to6 translated)"; }
+read -r -a before <<<"$(arm_counts)"
+at "$v4" python3 -c '
+import socket
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+server.bind(("192.0.3.1", 7007))
+server.settimeout(5)
+for i in range(10):
+    data, source = server.recvfrom(100)
+    assert source[0] == "198.51.100.1" and data == b"query %d" % i, (data, source)
+    server.sendto(b"answer %d" % i, source)
+' >"$work/udp-server.log" 2>&1 &
+server_pid=$!
+sleep 0.5
+in_peer python3 -c '
+import socket
+client = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+client.settimeout(2)
+for i in range(10):
+    client.sendto(b"query %d" % i, ("64:ff9b:1::c000:301", 7007))
+    answer, source = client.recvfrom(100)
+    assert answer == b"answer %d" % i and source[0] == "64:ff9b:1::c000:301", (answer, source)
+' >"$work/udp-client.log" 2>&1
+client_rc=$?
+wait "$server_pid"
+pass_if "UDP across the two arms both ways: 10 queries answered" test "$client_rc $?" = "0 0"
+read -r -a after <<<"$(arm_counts)"
+translated="$((after[0] - before[0])) $((after[1] - before[1])) $((after[2] - before[2])) $((after[3] - before[3]))"
+pass_if "XDP translated the 10 queries on node0 and the 10 answers on node4, tc none (node0 xdp, node4 xdp, node0 tc, node4 tc: $translated)" \
+    test "$translated" = "10 10 0 0"
 agent_stop
 rm "$root/etc/v6node/dataplane.d/20-nat64.toml"
 

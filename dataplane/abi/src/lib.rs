@@ -109,6 +109,9 @@ pub mod maps {
     pub const XLAT4: &str = "v6n_xlat4";
     /// nat64.devices by ifindex: where the uplinks' XDP program translates too.
     pub const XLAT_DEVICES: &str = "v6n_xlat_devices";
+    /// Declared in `bpf/lib/xdp_send.h`: the uplinks running native XDP, by
+    /// ifindex, which XDP sends frames out of (a devmap).
+    pub const XDP_PORTS: &str = "v6n_xdp_ports";
     /// Declared in `bpf/lib/nat64_state.h`: stateful NAT64.
     pub const NAT64_STATE: &str = "v6n_nat64_state";
     pub const NAT64_SOURCES: &str = "v6n_nat64_src";

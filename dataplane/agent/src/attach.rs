@@ -273,6 +273,13 @@ pub struct Attachment {
     pub note: Option<String>,
 }
 
+impl Attachment {
+    /// The uplinks' XDP program, running in the driver.
+    pub fn runs_native_xdp(&self) -> bool {
+        self.direction == AttachPoint::Xdp && self.error.is_none() && self.action != AttachAction::Declined
+    }
+}
+
 fn link_pin(paths: &Paths, device: &str, direction: AttachPoint) -> PathBuf {
     paths.links_dir().join(format!("{device}-{}", direction.name()))
 }
@@ -627,9 +634,7 @@ pub fn uplink_paths(attachments: &[Attachment]) -> Vec<UplinkPath> {
             let xdp = attachments.iter().find(|a| a.device == uplink.device && a.direction == AttachPoint::Xdp);
             let (runs_xdp, why) = match xdp {
                 None => (false, "attach.xdp chooses tc".to_owned()),
-                Some(a) if a.error.is_none() && a.action != AttachAction::Declined => {
-                    (true, "native XDP in the driver".to_owned())
-                }
+                Some(a) if a.runs_native_xdp() => (true, "native XDP in the driver".to_owned()),
                 Some(a) => (false, a.note.clone().or_else(|| a.error.clone()).unwrap_or_default()),
             };
             UplinkPath { device: uplink.device.clone(), xdp: runs_xdp, why }

@@ -169,6 +169,7 @@ mod tests {
             maps::EAM6,
             maps::XLAT4,
             maps::XLAT_DEVICES,
+            maps::XDP_PORTS,
             maps::ENDPOINTS,
             maps::NAT64_CONFIG,
             maps::SERVICES,

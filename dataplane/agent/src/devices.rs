@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::Result;
-use aya::maps::{HashMap as BpfHashMap, MapData};
+use aya::maps::{DevMapHash, HashMap as BpfHashMap, MapData};
 use rtnetlink::Handle;
 use v6node_abi::maps;
 use v6node_config::{Config, DevicePattern, XdpChoice};
@@ -59,6 +59,9 @@ impl Devices {
         };
         if let Err(e) = sync_xlat_devices(&shared.paths.pin_dir, &attachments) {
             log::error!("the uplinks' XDP translator's devices: {e:#}");
+        }
+        if let Err(e) = sync_xdp_ports(&shared.paths.pin_dir, &attachments) {
+            log::error!("the uplinks XDP sends by: {e:#}");
         }
         let mut reports = Vec::new();
         if let Ok(mut wanted) = present(&config.bigtcp.devices) {
@@ -114,6 +117,24 @@ fn sync_xlat_devices(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
     }
     for ifindex in wanted {
         table.insert(ifindex, 1, 0)?;
+    }
+    Ok(())
+}
+
+/// The uplinks running native XDP (`v6n_xdp_ports`): XDP sends frames out
+/// of these, as well as back out of the one they came in by.
+fn sync_xdp_ports(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
+    let wanted: BTreeSet<u32> = attachments.iter().filter(|a| a.runs_native_xdp()).map(|a| a.ifindex).collect();
+    if wanted.is_empty() && !pin_dir.join(maps::XDP_PORTS).exists() {
+        return Ok(());
+    }
+    let mut ports: DevMapHash<MapData> = bpf::open_pinned_map(pin_dir, maps::XDP_PORTS)?;
+    let stale: Vec<u32> = ports.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
+    for ifindex in stale {
+        ports.remove(ifindex)?;
+    }
+    for ifindex in wanted {
+        ports.insert(ifindex, ifindex, None, 0)?;
     }
     Ok(())
 }

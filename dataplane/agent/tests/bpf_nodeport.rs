@@ -9,14 +9,15 @@ mod common;
 
 use std::net::Ipv6Addr;
 
-use aya::maps::{HashMap, MapData};
+use aya::maps::{DevMapHash, HashMap, MapData};
 use common::{
     counted,
     events::{events, set_events},
+    ifindex, ip,
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
-    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS, XDP_TX,
+    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use v6node_abi::{
@@ -675,6 +676,24 @@ impl Node {
     fn xdp(&self, reason: Reason) -> u64 {
         counted(&self.host, Direction::V6N_DIRECTION_XDP, reason)
     }
+
+    /// A second uplink, `uplink2`, with OTHER_POD's node behind a router on
+    /// it; on a node with XDP, its program runs there too (v6n_xdp_ports).
+    fn second_uplink(&mut self) -> u32 {
+        ip("link add uplink2 address 02:00:00:00:02:01 type veth peer name uplink2peer");
+        ip("link set uplink2 up");
+        ip("addr add 2001:db8:2::1/64 dev uplink2 nodad");
+        ip("neigh add 2001:db8:2::ff lladdr 02:00:00:00:02:ff dev uplink2 nud permanent");
+        ip(&format!("route add {OTHER_POD}/128 via 2001:db8:2::ff dev uplink2"));
+        let uplink2 = ifindex("uplink2");
+        if let Some(xdp) = self.xdp.as_mut() {
+            let mut ports: DevMapHash<&mut MapData> = DevMapHash::try_from(xdp.map_mut(maps::XDP_PORTS).unwrap()).unwrap();
+            for port in [self.uplink, uplink2] {
+                ports.insert(port, port, None, 0).unwrap();
+            }
+        }
+        uplink2
+    }
 }
 
 /// What tc alone makes of `frames`, one after another, on a node of its own
@@ -734,6 +753,35 @@ fn xdp_sends_a_connection_to_a_backend_on_another_node_and_its_replies_to_the_cl
             "tc saw none"
         );
     }
+}
+
+#[test]
+fn xdp_sends_a_backend_behind_another_uplink_out_of_it_when_that_uplink_runs_xdp() {
+    let setup: fn(&mut Node) = |node| {
+        node.second_uplink();
+        node.node_port(TCP, &[(OTHER_POD, TARGET_PORT)], None);
+    };
+    let frames =
+        vec![segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, true), segment(TCP, REMOTE, CLIENT_PORT, NODE, NODE_PORT, false)];
+    let reference = tc_alone("xdp-uplink2-tc", setup, frames.clone());
+    let mut node = Node::with_xdp("xdp-uplink2");
+    setup(&mut node);
+    for (i, (frame, tc)) in frames.iter().zip(&reference).enumerate() {
+        let (verdict, sent) = node.xdp_on_uplink(frame);
+        assert_eq!((tc.verdict, verdict), (TC_ACT_REDIRECT, XDP_REDIRECT), "frame {i}: out of the other uplink");
+        assert_eq!(sent, tc.packet, "frame {i}: the frame tc sends");
+        assert_eq!(&sent[0..6], &[2, 0, 0, 0, 2, 0xff], "frame {i}: to the router on uplink2");
+        assert_eq!(tuple(&sent), (MASQUERADE, CLIENT_PORT, OTHER_POD, TARGET_PORT));
+    }
+    // The backend's answer comes in on uplink2 and leaves by the first.
+    let uplink2 = ifindex("uplink2");
+    let answer = segment(TCP, OTHER_POD, TARGET_PORT, MASQUERADE, CLIENT_PORT, false);
+    let (verdict, sent) = run_xdp(node.xdp.as_ref().unwrap(), "v6n_xdp_uplink", &answer, uplink2);
+    assert_eq!(verdict, XDP_REDIRECT, "the answer, out of the client's uplink");
+    assert_eq!(&sent[0..6], &ROUTER_MAC);
+    assert_eq!(tuple(&sent), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
+    assert_well_formed(&sent);
+    assert_eq!((node.xdp(Reason::V6N_REASON_LB_TRANSLATED), node.xdp(Reason::V6N_REASON_LB_TRACKED)), (1, 2));
 }
 
 #[test]

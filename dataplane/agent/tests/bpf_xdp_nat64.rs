@@ -14,7 +14,7 @@ mod common;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::{
-    maps::{HashMap, MapData},
+    maps::{DevMapHash, HashMap, MapData},
     Ebpf,
 };
 use common::{nat64::*, packet::*, *};
@@ -78,13 +78,34 @@ impl Gateway {
         run_xdp(&self.xdp, "v6n_xdp_uplink", frame, self.up)
     }
 
+    /// A second arm: `device` translates at tc and runs the XDP program
+    /// natively, so XDP may send out of it (v6n_xdp_ports).
+    fn second_arm(&mut self, device: &str) -> u32 {
+        let ifindex = ifindex(device);
+        let mut devices: HashMap<&mut MapData, u32, u8> =
+            HashMap::try_from(self.xdp.map_mut(maps::XLAT_DEVICES).unwrap()).unwrap();
+        devices.insert(ifindex, 1, 0).unwrap();
+        let mut ports: DevMapHash<&mut MapData> = DevMapHash::try_from(self.xdp.map_mut(maps::XDP_PORTS).unwrap()).unwrap();
+        for port in [self.up, ifindex] {
+            ports.insert(port, port, None, 0).unwrap();
+        }
+        ifindex
+    }
+
     /// `frame` through XDP, then through tc: both send it back out of the
     /// uplink, the same bytes. Returns what XDP sent.
     fn translates_as_tc(&self, frame: &[u8], what: &str) -> Vec<u8> {
-        let (verdict, mut xdp) = self.run_xdp(frame);
-        assert_eq!(verdict, XDP_TX, "{what}: XDP sends it back out of the uplink");
+        self.sends_as_tc(frame, self.up, XDP_TX, what)
+    }
+
+    /// `frame`, arriving on `ingress`, through XDP, which returns `verdict`
+    /// (XDP_TX, or XDP_REDIRECT to another arm), then through tc: the same
+    /// bytes. Returns what XDP sent.
+    fn sends_as_tc(&self, frame: &[u8], ingress: u32, verdict: u32, what: &str) -> Vec<u8> {
+        let (sent, mut xdp) = run_xdp(&self.xdp, "v6n_xdp_uplink", frame, ingress);
+        assert_eq!(sent, verdict, "{what}: XDP's verdict");
         assert_well_formed(&xdp);
-        let tc = self.xlat.run(frame, self.up);
+        let tc = self.xlat.run(frame, ingress);
         assert_eq!(tc.verdict, TC_ACT_REDIRECT, "{what}: tc redirects it");
         let mut tc = tc.packet;
         if xdp[12..14] == ETH_IPV4 {
@@ -223,6 +244,26 @@ fn xdp_leaves_a_stateful_client_whose_server_is_out_of_another_device_to_tc_bind
     gw.xlat.enable_stateful(&[POOL], CLIENT, 127, 1024, 1031, NAT64_FILTER_ENDPOINT_INDEPENDENT);
     gw.leaves_to_tc(&v6_frame(CLIENT, face(Ipv4Addr::new(192, 0, 3, 2)), 17, &udp(40000, 53, b"q")), "server on `other`");
     assert!(gw.xlat.state().is_empty(), "no binding made: tc makes it, and reports it");
+}
+
+#[test]
+fn xdp_sends_a_two_armed_gateways_frames_out_of_the_other_arm_when_it_runs_xdp() {
+    let mut gw = Gateway::new("xdp-two-arms");
+    gw.xlat.enable_stateful(&[POOL], CLIENT, 127, 1024, 1031, NAT64_FILTER_ENDPOINT_INDEPENDENT);
+    let other = gw.second_arm("other");
+    let server = Ipv4Addr::new(192, 0, 3, 2);
+    let query = v6_frame(CLIENT, face(server), 17, &udp(40000, 53, b"query"));
+    let out = gw.sends_as_tc(&query, gw.up, XDP_REDIRECT, "IPv6 arm to IPv4 arm");
+    assert_eq!(&out[0..6], &[2, 0, 0, 0, 4, 0x32], "to the server's MAC, on `other`");
+    let pool_port = u16::from_be_bytes([out[34], out[35]]);
+    let binding = CtKey { daddr: POOL.to_ipv6_mapped().octets(), dport: pool_port.to_be(), proto: 17, ..CtKey::default() };
+    assert!(gw.xlat.state().iter().any(|(k, _)| *k == binding), "XDP made the binding");
+
+    let answer = v4_frame(server, POOL, 17, &udp(53, pool_port, b"answer"));
+    let back = gw.sends_as_tc(&answer, other, XDP_REDIRECT, "IPv4 arm to IPv6 arm");
+    assert_eq!(&back[0..6], &[2, 0, 0, 0, 6, 0x64], "to the client's MAC, on `uplink`");
+    assert_eq!(&back[38..54], &CLIENT.octets(), "to the client");
+    assert_eq!(gw.counted_in_xdp(Reason::V6N_REASON_XLAT_FORWARDED), 2);
 }
 
 #[test]

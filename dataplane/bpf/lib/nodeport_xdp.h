@@ -2,15 +2,15 @@
 /*
  * Services reached from outside, in the uplink's driver (native XDP): the
  * connections whose packets go straight back out of the uplink they came
- * in by, to a backend on another node, or as a masquerading node's reply
- * to its client. The decisions and the connection tracking are
+ * in by, or out of another that runs XDP (lib/xdp_send.h), to a backend on
+ * another node, or as a masquerading node's reply to its client. The decisions and the connection tracking are
  * lib/nodeport.h's, on the same maps, so a packet XDP leaves to tc (and any
  * later packet of the connection) finds the state XDP made; the frame
  * leaves byte for byte as tc's v6n_from_dev would send it.
  *
  * Left to tc, untouched, with nothing recorded: a backend on this node (a
- * pod, or the node itself), a next hop that is not out of the same uplink
- * or whose neighbour the kernel has yet to resolve, a packet the FIB says
+ * pod, or the node itself), a next hop that is not out of an uplink XDP
+ * sends by or whose neighbour the kernel has yet to resolve, a packet the FIB says
  * is too big or whose hop limit is out (the stack answers those), a
  * backend that left, SCTP (its checksum covers the whole packet), ICMPv6
  * errors, and direct server return's frontend header arriving here (for a
@@ -32,6 +32,7 @@
 #include "ctx.h"
 #include "fib.h"
 #include "nodeport_state.h"
+#include "xdp_send.h"
 
 /* The kernel's bpf_l4_csum_replace on a packet without a partial
  * checksum: the sum is unfolded to 32 bits, complemented, added to `diff`
@@ -108,7 +109,8 @@ static __always_inline int v6n_xdp_next_hop(struct xdp_md *ctx, const struct v6n
 	fib->tot_len = bpf_xdp_get_buff_len(ctx) - V6N_L3_OFFSET;
 	__builtin_memcpy(fib->ipv6_src, out->saddr, 16);
 	__builtin_memcpy(fib->ipv6_dst, out->daddr, 16);
-	if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS || fib->ifindex != ctx->ingress_ifindex)
+	if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS ||
+	    !v6n_xdp_sends_by(ctx->ingress_ifindex, fib->ifindex))
 		return -1;
 	return 0;
 }
@@ -172,8 +174,8 @@ static __always_inline int v6n_xdp_ip6ip6_push(struct xdp_md *ctx)
 	return 0;
 }
 
-/* Sends the rewritten frame back out of its uplink, as v6n_route6 would
- * route it: hop limit decremented, the next hop's MACs. */
+/* Sends the rewritten frame out of the next hop's uplink, as v6n_route6
+ * would route it: hop limit decremented, the next hop's MACs. */
 static __always_inline int v6n_xdp_transmit(struct xdp_md *ctx, const struct bpf_fib_lookup *fib)
 {
 	void *data = (void *)(long)ctx->data;
@@ -186,7 +188,7 @@ static __always_inline int v6n_xdp_transmit(struct xdp_md *ctx, const struct bpf
 	ip6->hop_limit--;
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
-	return XDP_TX;
+	return v6n_xdp_send(ctx, fib->ifindex);
 }
 
 /*
@@ -231,7 +233,7 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 		if (!pick.backend)
 			return V6N_REASON_PASS;
 		/* What the packet will leave as, for the FIB to place the backend:
-		 * a next hop out of this uplink is on another node. */
+		 * a next hop out of an uplink is on another node. */
 		__builtin_memcpy(out.saddr, flow->key.saddr, 16);
 		__builtin_memcpy(out.daddr, pick.backend->addr, 16);
 		if (v6n_endpoint((const struct in6_addr *)pick.backend->addr) || v6n_xdp_next_hop(ctx, flow, &out, &fib) < 0)

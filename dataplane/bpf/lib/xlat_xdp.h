@@ -4,23 +4,24 @@
  * nat64.devices (v6n_xlat_devices), for the packets that make up nearly
  * all of a gateway's traffic: TCP, UDP and ICMP echo with no IPv4 options,
  * IPv6 extension headers or fragments, that leave by the uplink they came
- * in by. Stateless NAT46/64, stateful NAT64 and the NAT46 gateway make the
- * same decisions on the same state as tc's v6n_nat64 (the *_binding and
- * *_flow parts of lib/nat64_state.h and lib/nat46_gw.h), so a packet left
- * to tc finds what XDP made; the frame leaves byte for byte as tc's would,
- * but for the IPv4 identification of packets up to 1260 bytes, which both
- * draw at random.
+ * in by (a one-armed gateway) or by another uplink that runs XDP (two
+ * arms; lib/xdp_send.h). Stateless NAT46/64, stateful NAT64 and the NAT46
+ * gateway make the same decisions on the same state as tc's v6n_nat64
+ * (the *_binding and *_flow parts of lib/nat64_state.h and
+ * lib/nat46_gw.h), so a packet left to tc finds what XDP made; the frame
+ * leaves byte for byte as tc's would, but for the IPv4 identification of
+ * packets up to 1260 bytes, which both draw at random.
  *
  * Left to tc, untouched: ICMP errors, fragments, options and extension
  * headers, padding after the packet, UDP without a checksum, hop limit
- * out, a packet too big for the next hop, a next hop on another device or
- * with no neighbour yet, hairpinning, and whatever tc would drop before
- * the state is asked (tc counts those). XDP asks the state only for a
- * packet that leaves by the uplink: IPv6 -> IPv4, the route to the IPv4
- * destination is looked up first; IPv4 -> IPv6, the NAT46 gateway's new
- * flows and whatever the state refuses go to tc. What the state refuses
- * IPv6 -> IPv4 (a pool or table full, no binding for a reply) is dropped
- * here, early, and counted.
+ * out, a packet too big for the next hop, a next hop on a device XDP does
+ * not send by or with no neighbour yet, hairpinning, and whatever tc
+ * would drop before the state is asked (tc counts those). XDP asks the
+ * state only for a packet it can send: IPv6 -> IPv4, the route to the
+ * IPv4 destination is looked up first; IPv4 -> IPv6, the NAT46 gateway's
+ * new flows and whatever the state refuses go to tc. What the state
+ * refuses IPv6 -> IPv4 (a pool or table full, no binding for a reply) is
+ * dropped here, early, and counted.
  */
 #ifndef V6NODE_LIB_XLAT_XDP_H
 #define V6NODE_LIB_XLAT_XDP_H
@@ -41,7 +42,8 @@
 #define V6N_XDP_DROP(r) V6N_OUTCOME(XDP_DROP, (r))
 
 /* The translator's FIB lookup (v6n_fib_lookup) from a frame: the next hop
- * must be out of the uplink the frame came in by, its neighbour known. */
+ * must be out of an uplink XDP sends by (v6n_xdp_sends_by), its neighbour
+ * known. */
 static __always_inline int v6n_xlat_xdp_next_hop(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
 {
 	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
@@ -50,11 +52,11 @@ static __always_inline int v6n_xlat_xdp_next_hop(struct xdp_md *ctx, struct bpf_
 		fib->ifindex = 1; /* LOOPBACK_IFINDEX */
 		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	}
-	return rc == BPF_FIB_LKUP_RET_SUCCESS && fib->ifindex == ctx->ingress_ifindex ? 0 : -1;
+	return rc == BPF_FIB_LKUP_RET_SUCCESS && v6n_xdp_sends_by(ctx->ingress_ifindex, fib->ifindex) ? 0 : -1;
 }
 
-/* Whether a packet for the IPv4 `daddr` of `len` bytes leaves by this
- * uplink, asked before the state is (its source, a pool address, may not
+/* Whether a packet for the IPv4 `daddr` of `len` bytes leaves by an
+ * uplink XDP sends by, asked before the state is (its source, a pool address, may not
  * be chosen yet): what XDP cannot send, it leaves to tc with the state
  * untouched, so that tc makes the binding or flow, and reports it. The
  * answer, `fib`, is also where the packet goes: routing by source address
@@ -254,7 +256,7 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 	__builtin_memcpy(data + V6N_ETH_HLEN, &ip, sizeof(ip));
 	if (stateful && s->made)
 		v6n_event_note_nat64(s->client_key.saddr, s->client_key.sport, daddr);
-	return V6N_OUTCOME(XDP_TX, V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(v6n_xdp_send(ctx, fib.ifindex), V6N_REASON_XLAT_FORWARDED);
 }
 
 /*
@@ -361,7 +363,7 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 	__builtin_memcpy(data + V6N_ETH_HLEN, &ip6, sizeof(ip6));
 	if (vip && s->made)
 		v6n_nat46_note(s);
-	return V6N_OUTCOME(XDP_TX, V6N_REASON_XLAT_FORWARDED);
+	return V6N_OUTCOME(v6n_xdp_send(ctx, fib.ifindex), V6N_REASON_XLAT_FORWARDED);
 }
 
 /*

@@ -32,6 +32,7 @@ pub const TC_ACT_REDIRECT: u32 = 7;
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
+pub const XDP_REDIRECT: u32 = 4;
 
 pub struct Run {
     pub verdict: u32,

@@ -441,6 +441,7 @@ struct v6n_ct_value {
 #define V6N_EAM_MAX 65536
 #define V6N_XLAT4_MAX 1024 /* IPv4 ranges translated into the prefix (nat64.translatable) */
 #define V6N_XLAT_DEVICES_MAX 64 /* nat64.devices present at once */
+#define V6N_XDP_PORTS_MAX 64    /* uplinks running native XDP, which XDP sends out of */
 #define V6N_DENY_SRC_MAX 262144
 #define V6N_NAT64_POOL_MAX 1024 /* a /22: every port of each, bindings bounded by the state table */
 #define V6N_NAT64_SOURCES_MAX 1024     /* IPv6 prefixes allowed to use the pool */
