@@ -103,7 +103,8 @@ conformance-cnp:
 ## and a single veth pair), a ClusterIP against kube-proxy (nftables and
 ## iptables) and the pod's own address, a NodePort from outside against the
 ## pod's own address, stateful NAT64 under a minute of churn against
-## NAT44, pod bandwidth limits against the CNI bandwidth plugin's TBF (on
+## NAT44, NodePort, NAT64 and the NAT46 gateway in XDP (one arm and two)
+## against tc and the kernel's, pod bandwidth limits against the CNI bandwidth plugin's TBF (on
 ## this host's kernel, then on the image's, which has fq, in a VM), then
 ## the image's build and boot against stock.
 bench:
@@ -118,6 +119,7 @@ bench:
 	tests/bench/nodeport
 	tests/bench/xdp
 	tests/bench/xdp-nat64
+	ARMS=2 tests/bench/xdp-nat64
 	tests/bench/bandwidth
 	tests/bench/in-image bandwidth
 	tests/bench/image

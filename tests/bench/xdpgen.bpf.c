@@ -19,15 +19,18 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-/* The frame's headers, as the generator's template has them: each run
+/* The frame's first bytes, as the generator's template has them: each run
  * writes them again, since a page the generator gets back still holds
- * what the node under test made of the frame (live frames recycle pages). */
+ * what the node under test made of the frame (live frames recycle pages).
+ * As long as Ethernet, IPv6 and UDP; an IPv4 frame's template covers the
+ * start of its payload too. */
 #define XDPGEN_HEAD_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + sizeof(struct udphdr))
 
 struct xdpgen_cfg {
 	__u32 ifindex;
 	__u32 flows;
 	__u8 head[XDPGEN_HEAD_LEN];
+	__u8 ipv4; /* the frame is IPv4, its UDP header right after 20 bytes */
 };
 
 struct {
@@ -49,14 +52,17 @@ int xdpgen_send(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct udphdr *udp = data + sizeof(struct ethhdr) + sizeof(struct ipv6hdr);
 	__u32 zero = 0;
 	struct xdpgen_cfg *cfg = bpf_map_lookup_elem(&xdpgen_cfg, &zero);
 	__u32 *next = bpf_map_lookup_elem(&xdpgen_next, &zero);
 
-	if (!cfg || !next || (void *)(udp + 1) > data_end || cfg->flows == 0)
+	if (!cfg || !next || data + XDPGEN_HEAD_LEN > data_end || cfg->flows == 0)
 		return XDP_ABORTED;
 	__builtin_memcpy(data, cfg->head, XDPGEN_HEAD_LEN);
+	struct udphdr *udp = data + sizeof(struct ethhdr) + (cfg->ipv4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+
+	if ((void *)(udp + 1) > data_end)
+		return XDP_ABORTED;
 	/* The template's checksum, mended for this flow's source port. */
 	__u16 port = bpf_htons(10000 + *next % cfg->flows);
 	__u32 sum = (__u16)~udp->check + (__u16)~udp->source + port;

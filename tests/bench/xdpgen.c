@@ -3,8 +3,9 @@
  * A packet generator in the kernel, for tests/bench/xdp: runs xdpgen_send
  * (xdpgen.bpf.c) under BPF_PROG_TEST_RUN with live frames, which sends each
  * frame it makes out of DEVICE as a driver would, for SECONDS. The frame:
- * Ethernet from the device's MAC to DST_MAC, IPv6 from SRC to DST, UDP from
- * ports 10000 to 10000+FLOWS-1 (in turn) to DPORT, 16 bytes of payload: 78 bytes.
+ * Ethernet from the device's MAC to DST_MAC, IPv6 (or IPv4, if SRC and DST
+ * are IPv4 addresses) from SRC to DST, UDP from ports 10000 to
+ * 10000+FLOWS-1 (in turn) to DPORT, a payload that makes it 78 bytes.
  *
  *   xdpgen OBJECT DEVICE DST_MAC SRC DST DPORT FLOWS SECONDS
  *
@@ -73,23 +74,46 @@ int main(int argc, char **argv)
 	if (s < 0 || ioctl(s, SIOCGIFHWADDR, &ifr) < 0)
 		die("SIOCGIFHWADDR");
 	memcpy(frame + 6, ifr.ifr_hwaddr.sa_data, 6);
-	frame[12] = 0x86, frame[13] = 0xdd;
-	uint8_t *ip6 = frame + 14, *udp = frame + 54;
-	const size_t udp_len = sizeof(frame) - 54;
-	ip6[0] = 0x60;
-	ip6[4] = 0, ip6[5] = udp_len;
-	ip6[6] = 17; /* UDP */
-	ip6[7] = 64;
-	if (inet_pton(AF_INET6, argv[4], ip6 + 8) != 1 || inet_pton(AF_INET6, argv[5], ip6 + 24) != 1) {
-		fprintf(stderr, "bad address\n");
+	struct in6_addr src6, dst6;
+	struct in_addr src4, dst4;
+	int ipv4 = inet_pton(AF_INET, argv[4], &src4) == 1 && inet_pton(AF_INET, argv[5], &dst4) == 1;
+	if (!ipv4 && (inet_pton(AF_INET6, argv[4], &src6) != 1 || inet_pton(AF_INET6, argv[5], &dst6) != 1)) {
+		fprintf(stderr, "bad addresses %s %s: both IPv6 or both IPv4\n", argv[4], argv[5]);
 		return 2;
+	}
+	uint8_t *ip = frame + 14, *udp = ip + (ipv4 ? 20 : 40);
+	const size_t udp_len = sizeof(frame) - (udp - frame);
+	uint32_t sum;
+	if (ipv4) {
+		frame[12] = 0x08, frame[13] = 0x00;
+		ip[0] = 0x45;
+		ip[3] = sizeof(frame) - 14;
+		ip[6] = 0x40; /* don't fragment */
+		ip[8] = 64;
+		ip[9] = 17; /* UDP */
+		memcpy(ip + 12, &src4, 4);
+		memcpy(ip + 16, &dst4, 4);
+		sum = sum16(ip, 20, 0);
+		while (sum >> 16)
+			sum = (sum & 0xffff) + (sum >> 16);
+		ip[10] = (uint16_t)~sum >> 8, ip[11] = (uint16_t)~sum & 0xff;
+		sum = sum16(ip + 12, 8, 17 + udp_len);
+	} else {
+		frame[12] = 0x86, frame[13] = 0xdd;
+		ip[0] = 0x60;
+		ip[5] = udp_len;
+		ip[6] = 17; /* UDP */
+		ip[7] = 64;
+		memcpy(ip + 8, &src6, 16);
+		memcpy(ip + 24, &dst6, 16);
+		sum = sum16(ip + 8, 32, 17 + udp_len);
 	}
 	unsigned dport = atoi(argv[6]);
 	udp[0] = 10000 >> 8, udp[1] = 10000 & 0xff;
 	udp[2] = dport >> 8, udp[3] = dport & 0xff;
 	udp[4] = 0, udp[5] = udp_len;
+	memset(udp + 8, '.', udp_len - 8);
 	memcpy(udp + 8, "v6node xdp bench", 16);
-	uint32_t sum = sum16(ip6 + 8, 32, 17 + udp_len);
 	sum = sum16(udp, udp_len, sum);
 	while (sum >> 16)
 		sum = (sum & 0xffff) + (sum >> 16);
@@ -106,7 +130,8 @@ int main(int argc, char **argv)
 	struct {
 		uint32_t ifindex, flows;
 		uint8_t head[62];
-	} value = { ifindex, (uint32_t)atoi(argv[7]) };
+		uint8_t ipv4;
+	} value = { ifindex, (uint32_t)atoi(argv[7]), .ipv4 = ipv4 };
 	uint32_t key = 0;
 	memcpy(value.head, frame, sizeof(value.head));
 	if (bpf_map_update_elem(bpf_map__fd(cfg), &key, &value, 0))
