@@ -392,7 +392,11 @@ server_ingress allow-client '[{ from: [{ podSelector: { matchLabels: { app: clie
 eventually named_at 8080 8081 >/dev/null
 
 # --- 7. ipBlock and except -------------------------------------------------------------
+xdp_denied() { jq_status '[.counters[] | select(.device == "eth0" and .direction == "xdp" and .reason == "policy_denied_ingress") | .packets] | add // 0'; }
+xdp_denied_before=$(xdp_denied)
 pass_if "outside (fd00:9::1, the control plane's namespace) -> server :8080: dropped under deny-all" dropped cp server 8080
+pass_if "... in the uplink's driver: the SYNs counted policy_denied_ingress under xdp on eth0 ($xdp_denied_before -> $(xdp_denied))" \
+    test "$(xdp_denied)" -gt "$xdp_denied_before"
 server_ingress allow-outside '[{ from: [{ ipBlock: { cidr: "fd00:9::/64" } }], ports: [{ protocol: TCP, port: 8080 }] }]'
 seen_from() { [[ "$(http "$1" server 8080 | head -n 1)" == server && "$(in_ns "$1" curl -sS -m 2 --interface "$2" "http://[${pod_ip[server]}]:8080/peer")" == "$2" ]]; }
 pass_if "allow-outside (ipBlock fd00:9::/64): fd00:9::1 reaches the server, which sees it as the client" eventually seen_from cp "$cp_api"

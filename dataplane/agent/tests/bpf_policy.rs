@@ -13,7 +13,7 @@ use common::{
     node::{Node, HOST_A_MAC, NODE, POD_A, POD_A_MAC, POD_B, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{ethernet, ipv6, ETH_IPV6},
     policy::{denied, set_rules},
-    try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC,
+    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS,
 };
 use etherparse::PacketBuilder;
 use v6node_abi::{Direction, PolicyDirection, Reason};
@@ -186,6 +186,48 @@ fn neighbour_discovery_is_the_links_own_business() {
     let na = ethernet(ETH_IPV6, &ipv6(POD_B, NODE, 255, 58, &na, Some(2)));
     assert_eq!(node.sent_by_pod(&na, node.host_b).verdict, TC_ACT_UNSPEC);
     assert_eq!(denied(&node.pod, 1) + denied(&node.pod, 2), 0);
+}
+
+/// `packet` as it arrives on the uplink, from the router.
+fn from_outside(mut packet: Vec<u8>) -> Vec<u8> {
+    packet[..12].copy_from_slice(&[UPLINK_MAC, ROUTER_MAC].concat());
+    packet
+}
+
+#[test]
+fn xdp_drops_what_a_pods_ingress_policy_denies_from_outside_and_leaves_the_rest_to_tc() {
+    let mut node = Node::with_xdp("policy-xdp");
+    set_rules(&mut node.pod, POD_B, INGRESS, 7, &rules(vec![Rule { peers: only(OUTSIDE), ports: tcp_ports(8080, 8080) }]), false);
+    set_rules(&mut node.pod, POD_A, INGRESS, 5, &deny_all(), true);
+    let xdp = |packet: &[u8]| run_xdp(node.xdp.as_ref().unwrap(), "v6n_xdp_uplink", packet, node.uplink);
+
+    for (what, packet) in [
+        ("another peer", from_outside(tcp(REMOTE, 40000, POD_B, 8080))),
+        ("UDP on the TCP port", from_outside(udp(OUTSIDE, 40001, POD_B, 8080))),
+    ] {
+        assert_eq!(xdp(&packet).0, XDP_DROP, "{what}: dropped in the driver");
+        assert_eq!(node.arriving_from_outside(&packet).verdict, TC_ACT_SHOT, "{what}: as tc drops it");
+    }
+    assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_XDP, Reason::V6N_REASON_DROP_POLICY_INGRESS), 2);
+    assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_INGRESS, Reason::V6N_REASON_DROP_POLICY_INGRESS), 2);
+    assert_eq!(denied(&node.pod, 7), 4, "by the rules, at XDP and at tc alike");
+
+    // B's own connection out: its answers are known, and pass.
+    assert_eq!(node.sent_by_pod(&tcp(POD_B, 40002, REMOTE, 443), node.host_b).verdict, TC_ACT_REDIRECT);
+    let mut passes = vec![
+        ("the allowed peer and port", from_outside(tcp(OUTSIDE, 40003, POD_B, 8080))),
+        ("an answer to B's own connection", from_outside(tcp(REMOTE, 443, POD_B, 40002))),
+        ("audited, not denied", from_outside(tcp(REMOTE, 40004, POD_A, 8080))),
+        ("ICMPv6, tc's to judge", from_outside(echo(REMOTE, POD_B, true))),
+    ];
+    let mut last_hop = from_outside(tcp(REMOTE, 40005, POD_B, 8080));
+    last_hop[14 + 7] = 1;
+    passes.push(("hop limit out: the stack answers", last_hop));
+    for (what, packet) in &passes {
+        assert_eq!(xdp(packet), (XDP_PASS, packet.clone()), "{what}: passes untouched");
+    }
+    assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_XDP, Reason::V6N_REASON_DROP_POLICY_INGRESS), 2);
+    assert_eq!(denied(&node.pod, 7), 4, "nothing more");
 }
 
 #[test]

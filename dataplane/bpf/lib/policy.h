@@ -224,8 +224,9 @@ static __always_inline int v6n_policy_ct_expired(const struct v6n_policy_ct_valu
 	return now - entry->last_seen_ns > v6n_ct_service_lifetime_ns(entry->flags, protocol);
 }
 
-/* Whether the flow belongs to a connection policy let through already. */
-static __always_inline int v6n_policy_known(const struct v6n_policy_flow *flow, __u64 now)
+/* The live entry of the connection policy let through already that the
+ * flow belongs to, either way, or NULL. */
+static __always_inline struct v6n_policy_ct_value *v6n_policy_tracked(const struct v6n_policy_flow *flow, __u64 now)
 {
 	struct v6n_policy_ct_key reply;
 	struct v6n_policy_ct_value *entry = bpf_map_lookup_elem(&v6n_policy_ct, &flow->key);
@@ -234,8 +235,18 @@ static __always_inline int v6n_policy_known(const struct v6n_policy_flow *flow, 
 		v6n_policy_reply_key(&reply, &flow->key);
 		entry = bpf_map_lookup_elem(&v6n_policy_ct, &reply);
 		if (!entry || v6n_policy_ct_expired(entry, flow->key.protocol, now))
-			return 0;
+			return NULL;
 	}
+	return entry;
+}
+
+/* Whether the flow belongs to a connection policy let through already. */
+static __always_inline int v6n_policy_known(const struct v6n_policy_flow *flow, __u64 now)
+{
+	struct v6n_policy_ct_value *entry = v6n_policy_tracked(flow, now);
+
+	if (!entry)
+		return 0;
 	/* A SYN on a tuple whose connection has closed is a new connection
 	 * reusing the ports: judged afresh, and a new flow. */
 	if ((flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN && (entry->flags & V6N_CT_CLOSING))
@@ -278,6 +289,36 @@ static __always_inline int v6n_policy_allows(const struct v6n_policy_rules *rule
 	return !first || (first & (rules->accept_classes | rules->pass_classes));
 }
 
+/* The rules of the flow's pod (its destination's coming in, its source's
+ * going out) in the flow's direction, or NULL for a pod no rule names. */
+static __always_inline const struct v6n_policy_rules *v6n_policy_rules_of(const struct v6n_policy_flow *flow)
+{
+	__u8 ingress = flow->key.direction == V6N_POLICY_INGRESS;
+	struct v6n_endpoint_key pod_key;
+
+	__builtin_memcpy(pod_key.addr, ingress ? flow->key.daddr : flow->key.saddr, 16);
+	struct v6n_policy_pod *pod = bpf_map_lookup_elem(&v6n_policy_pods, &pod_key);
+	if (!pod)
+		return NULL;
+	return ingress ? &pod->direction[V6N_POLICY_INGRESS] : &pod->direction[V6N_POLICY_EGRESS];
+}
+
+/*
+ * Whether policy would drop the flow's packet, asked without changing
+ * anything (XDP's early drop): a connection not tracked yet that its pod's
+ * rules deny, and do not merely audit. Returns the rules' id, or 0 for
+ * whatever v6n_policy_judge must decide.
+ */
+static __always_inline __u32 v6n_policy_denies(const struct v6n_policy_flow *flow, __u64 now)
+{
+	if (v6n_policy_tracked(flow, now))
+		return 0;
+	const struct v6n_policy_rules *rules = v6n_policy_rules_of(flow);
+	if (!rules || !rules->id || (rules->flags & V6N_POLICY_AUDIT) || v6n_policy_allows(rules, flow))
+		return 0;
+	return rules->id;
+}
+
 /*
  * Judges a flow: V6N_REASON_PASS, or the direction's policy drop. A new
  * connection the pod's rules allow (or that no rule isolates) is tracked
@@ -293,12 +334,7 @@ static __noinline enum v6n_reason v6n_policy_judge(struct __sk_buff *skb, const 
 	if (v6n_policy_known(flow, now))
 		return V6N_REASON_PASS;
 	__u8 ingress = flow->key.direction == V6N_POLICY_INGRESS;
-	struct v6n_endpoint_key pod_key;
-	__builtin_memcpy(pod_key.addr, ingress ? flow->key.daddr : flow->key.saddr, 16);
-	struct v6n_policy_pod *pod = bpf_map_lookup_elem(&v6n_policy_pods, &pod_key);
-	struct v6n_policy_rules *rules = NULL;
-	if (pod)
-		rules = ingress ? &pod->direction[V6N_POLICY_INGRESS] : &pod->direction[V6N_POLICY_EGRESS];
+	const struct v6n_policy_rules *rules = v6n_policy_rules_of(flow);
 	__u32 id = rules ? rules->id : 0;
 
 	__u8 pod_direction = ingress ? V6N_DIRECTION_TO_POD : V6N_DIRECTION_FROM_POD;
