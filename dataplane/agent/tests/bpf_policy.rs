@@ -10,13 +10,14 @@ use std::net::Ipv6Addr;
 
 use common::{
     counted,
+    events::{events, kind, set_events},
     node::{Node, HOST_A_MAC, NODE, POD_A, POD_A_MAC, POD_B, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{ethernet, ipv6, ETH_IPV6},
     policy::{denied, set_rules},
     run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS,
 };
 use etherparse::PacketBuilder;
-use v6node_abi::{Direction, PolicyDirection, Reason};
+use v6node_abi::{Direction, EventKind, PolicyDirection, Reason};
 use v6node_k8s::policy::{Action, Block, DirectionRules, Peers, PortRange, Ports, Rule, TierRule};
 
 const TCP: u8 = 6;
@@ -199,14 +200,21 @@ fn xdp_drops_what_a_pods_ingress_policy_denies_from_outside_and_leaves_the_rest_
     let mut node = Node::with_xdp("policy-xdp");
     set_rules(&mut node.pod, POD_B, INGRESS, 7, &rules(vec![Rule { peers: only(OUTSIDE), ports: tcp_ports(8080, 8080) }]), false);
     set_rules(&mut node.pod, POD_A, INGRESS, 5, &deny_all(), true);
-    let xdp = |packet: &[u8]| run_xdp(node.xdp.as_ref().unwrap(), "v6n_xdp_uplink", packet, node.uplink);
+    set_events(&mut node.pod, true, 1000, 100);
+    let xdp = |node: &Node, packet: &[u8]| run_xdp(node.xdp.as_ref().unwrap(), "v6n_xdp_uplink", packet, node.uplink);
 
     for (what, packet) in [
         ("another peer", from_outside(tcp(REMOTE, 40000, POD_B, 8080))),
         ("UDP on the TCP port", from_outside(udp(OUTSIDE, 40001, POD_B, 8080))),
     ] {
-        assert_eq!(xdp(&packet).0, XDP_DROP, "{what}: dropped in the driver");
+        assert_eq!(xdp(&node, &packet).0, XDP_DROP, "{what}: dropped in the driver");
+        let sent = events(&mut node.pod);
+        let reported = sent.iter().map(|e| (kind(e), e.reason, e.direction, e.policy_id)).collect::<Vec<_>>();
+        let drop =
+            (EventKind::V6N_EVENT_DROP, Reason::V6N_REASON_DROP_POLICY_INGRESS as u8, Direction::V6N_DIRECTION_XDP as u8, 7);
+        assert_eq!(reported, vec![drop], "{what}: one drop event, naming the rules");
         assert_eq!(node.arriving_from_outside(&packet).verdict, TC_ACT_SHOT, "{what}: as tc drops it");
+        events(&mut node.pod);
     }
     assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_XDP, Reason::V6N_REASON_DROP_POLICY_INGRESS), 2);
     assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_INGRESS, Reason::V6N_REASON_DROP_POLICY_INGRESS), 2);
@@ -214,6 +222,7 @@ fn xdp_drops_what_a_pods_ingress_policy_denies_from_outside_and_leaves_the_rest_
 
     // B's own connection out: its answers are known, and pass.
     assert_eq!(node.sent_by_pod(&tcp(POD_B, 40002, REMOTE, 443), node.host_b).verdict, TC_ACT_REDIRECT);
+    events(&mut node.pod); // its new flow's
     let mut passes = vec![
         ("the allowed peer and port", from_outside(tcp(OUTSIDE, 40003, POD_B, 8080))),
         ("an answer to B's own connection", from_outside(tcp(REMOTE, 443, POD_B, 40002))),
@@ -224,8 +233,9 @@ fn xdp_drops_what_a_pods_ingress_policy_denies_from_outside_and_leaves_the_rest_
     last_hop[14 + 7] = 1;
     passes.push(("hop limit out: the stack answers", last_hop));
     for (what, packet) in &passes {
-        assert_eq!(xdp(packet), (XDP_PASS, packet.clone()), "{what}: passes untouched");
+        assert_eq!(xdp(&node, packet), (XDP_PASS, packet.clone()), "{what}: passes untouched");
     }
+    assert!(events(&mut node.pod).is_empty(), "what XDP passes, it does not report");
     assert_eq!(counted(&node.host, Direction::V6N_DIRECTION_XDP, Reason::V6N_REASON_DROP_POLICY_INGRESS), 2);
     assert_eq!(denied(&node.pod, 7), 4, "nothing more");
 }
