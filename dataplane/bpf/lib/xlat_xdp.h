@@ -157,7 +157,6 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr ip6;
 	__be32 saddr = 0, daddr = 0;
-	__u64 now = bpf_ktime_get_ns();
 	const __u32 l4_offset = V6N_ETH_HLEN + V6N_IP6_HLEN;
 
 	if (!cfg || !s || data + l4_offset > data_end)
@@ -186,7 +185,9 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 		v6n_nat64_parse_l4(nexthdr, l4_offset, 0, &s->l4, s->l4_header);
 		__builtin_memset(&s->pool_key, 0, sizeof(s->pool_key));
 		__builtin_memcpy(s->pool_key.saddr, &ip6.saddr, 32);
-		__s64 vip = v6n_nat46_outbound_flow(s, now);
+		/* The clock is read where state is: stateless frames, most of a
+		 * translator's, need none. */
+		__s64 vip = v6n_nat46_outbound_flow(s, bpf_ktime_get_ns());
 		if (vip < 0)
 			return V6N_XDP_DROP(-vip);
 		saddr = (__be32)vip;
@@ -199,7 +200,7 @@ static __noinline v6n_outcome v6n_xlat_xdp_6to4(struct xdp_md *ctx)
 		    v6n_xlat_xdp_leaves_here4(ctx, &fib, daddr, V6N_IP4_HLEN + plen) < 0)
 			return V6N_XDP_TO_TC;
 		v6n_nat64_parse_l4(nexthdr, l4_offset, 0, &s->l4, s->l4_header);
-		__s64 pool = v6n_nat64_outbound_binding(cfg, s, &ip6.saddr, daddr, now);
+		__s64 pool = v6n_nat64_outbound_binding(cfg, s, &ip6.saddr, daddr, bpf_ktime_get_ns());
 		if (pool < 0)
 			return V6N_XDP_DROP(-pool);
 		saddr = (__be32)pool;
@@ -271,7 +272,6 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr ip;
 	struct in6_addr saddr = {}, daddr = {};
-	__u64 now = bpf_ktime_get_ns();
 	const __u32 l4_offset = V6N_ETH_HLEN + V6N_IP4_HLEN;
 
 	if (!cfg || !s || data + l4_offset > data_end)
@@ -300,6 +300,8 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 
 	__u32 port_at = 0;
 	if (vip || pool) {
+		__u64 now = bpf_ktime_get_ns();
+
 		s->ipv4_addrs[0] = ip.saddr;
 		s->ipv4_addrs[1] = ip.daddr;
 		if (vip && (protocol == IPPROTO_ICMP || !cfg->nat46_on))
