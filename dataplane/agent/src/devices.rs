@@ -25,6 +25,7 @@ use crate::{
     paths::Paths,
     selftest,
     state::Shared,
+    xdp_features,
 };
 
 pub struct Devices {
@@ -121,21 +122,38 @@ fn sync_xlat_devices(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
     Ok(())
 }
 
-/// The uplinks running native XDP (`v6n_xdp_ports`): XDP sends frames out
-/// of these, as well as back out of the one they came in by.
+/// The uplinks running native XDP whose drivers take redirected frames
+/// (`v6n_xdp_ports`): XDP sends frames out of these, as well as back out of
+/// the one they came in by. A driver that would drop them (a veth whose
+/// peer runs neither XDP nor GRO) keeps its traffic at tc.
 fn sync_xdp_ports(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
-    let wanted: BTreeSet<u32> = attachments.iter().filter(|a| a.runs_native_xdp()).map(|a| a.ifindex).collect();
+    let mut wanted = BTreeSet::new();
+    for uplink in attachments.iter().filter(|a| a.runs_native_xdp()) {
+        match xdp_features::takes_redirected_frames(uplink.ifindex) {
+            Ok(true) => {
+                wanted.insert(uplink.ifindex);
+            }
+            Ok(false) => log::debug!("{}: its driver takes no redirected frames: XDP sends nothing out of it", uplink.device),
+            Err(e) => log::debug!("{}: whether its driver takes redirected frames: {e:#}", uplink.device),
+        }
+    }
     if wanted.is_empty() && !pin_dir.join(maps::XDP_PORTS).exists() {
         return Ok(());
     }
     let mut ports: DevMapHash<MapData> = bpf::open_pinned_map(pin_dir, maps::XDP_PORTS)?;
-    let stale: Vec<u32> = ports.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
-    for ifindex in stale {
-        ports.remove(ifindex)?;
+    let present: BTreeSet<u32> = ports.keys().filter_map(Result::ok).collect();
+    if present == wanted {
+        return Ok(());
     }
-    for ifindex in wanted {
-        ports.insert(ifindex, ifindex, None, 0)?;
+    for ifindex in present.difference(&wanted) {
+        ports.remove(*ifindex)?;
     }
+    for ifindex in &wanted {
+        ports.insert(*ifindex, *ifindex, None, 0)?;
+    }
+    let names: Vec<&str> =
+        attachments.iter().filter(|a| a.runs_native_xdp() && wanted.contains(&a.ifindex)).map(|a| a.device.as_str()).collect();
+    log::info!("XDP sends frames out of the uplinks {names:?} (native XDP, and drivers that take redirected frames)");
     Ok(())
 }
 

@@ -30,6 +30,7 @@ mod state;
 mod status;
 mod sync;
 mod verifier;
+mod xdp_features;
 
 use std::{path::PathBuf, process::ExitCode};
 

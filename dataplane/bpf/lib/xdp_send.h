@@ -2,11 +2,12 @@
 /*
  * Where XDP may send a frame it rewrote: back out of the uplink it came in
  * by (XDP_TX), or out of another uplink that runs v6n_xdp_uplink natively
- * (v6n_xdp_ports, kept by the agent), through the driver's XDP transmit
+ * and whose driver takes redirected frames (v6n_xdp_ports, kept by the
+ * agent from the kernel's xdp-features), through the driver's XDP transmit
  * (XDP_REDIRECT): a two-armed gateway, or a backend behind another uplink,
  * stays in XDP. Anything else (a pod, a device with no native XDP, a
- * device whose program fell back to tc) is tc's: a driver without XDP of
- * its own cannot take redirected frames.
+ * device whose program fell back to tc, a veth whose peer would drop what
+ * it is sent) is tc's.
  */
 #ifndef V6NODE_LIB_XDP_SEND_H
 #define V6NODE_LIB_XDP_SEND_H
