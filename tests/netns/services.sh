@@ -612,6 +612,44 @@ unknown_before=$(service_count xdp service_port_unknown)
 from_outside curl -sS -m 2 -o /dev/null "http://[fd00:9:e::95]:81/" 2>/dev/null
 pass_if "xdp: its port 81, which no frontend serves: dropped in the driver (service_port_unknown under xdp)" \
     test "$(($(service_count xdp service_port_unknown) - unknown_before))" -ge 1
+# Direct server return inside IPv6 (a reload into it): 40 bytes more per
+# packet than the wire's 1500 carry. A datagram that does not fit with the
+# outer header is answered with a Packet Too Big from node-a, and the
+# client's kernel learns the MTU that fits.
+mkdir -p "$root/etc/v6node/dataplane.d"
+printf '[services]\nremote_backends = "dsr-ip6ip6"\n' >"$root/etc/v6node/dataplane.d/50-ip6ip6.toml"
+kill -HUP "$agent_pid"
+in_ip6ip6() { jq_status '.services.remote_backends' | grep -q 'inside IPv6'; }
+retry 20 in_ip6ip6
+too_big_before=$(service_count ingress too_big)
+# The client's socket learns the MTU (IPV6_MTU on a connected socket) from
+# the Packet Too Big, and refuses to send as much again.
+from_outside python3 -c '
+import errno, socket, time
+IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO, IPV6_MTU = 23, 2, 24  # linux/in6.h
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO)  # never fragment
+s.connect(("fd00:9::a", 30096))
+s.send(b"x" * (1461 - 48))
+for _ in range(20):
+    time.sleep(0.1)
+    if s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU) == 1460:
+        break
+try:
+    s.send(b"x" * (1461 - 48))
+    refused = "sent"
+except OSError as e:
+    refused = errno.errorcode[e.errno]
+print(s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU), refused)
+' >"$work/too-big.log" 2>&1
+learned() { [[ "$(cat "$work/too-big.log")" == "1460 EMSGSIZE" ]] && (($(service_count ingress too_big) > too_big_before)); }
+pass_if "dsr-ip6ip6: a 1461-byte datagram to NodePort 30096 is answered with a Packet Too Big (counted too_big): the client's socket learns MTU 1460 and refuses to send 1461 again ($(cat "$work/too-big.log"))" \
+    learned
+rm "$root/etc/v6node/dataplane.d/50-ip6ip6.toml"
+kill -HUP "$agent_pid"
+in_masquerade() { jq_status '.services.remote_backends' | grep -q '^masquerade'; }
+retry 20 in_masquerade
+from_outside ip -6 route flush cache
 kc delete service far >/dev/null
 kc delete endpointslice far-1 >/dev/null
 

@@ -17,7 +17,8 @@ use common::{
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
-    run_xdp, try_run_program, Run, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX,
+    run_xdp, try_run_program, try_run_skb, Run, SkbIn, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS,
+    XDP_REDIRECT, XDP_TX,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use v6node_abi::{
@@ -843,6 +844,58 @@ fn xdp_sends_direct_server_return_with_the_frontend_header_byte_for_byte_as_tc()
         assert_eq!(tuple(&bare), (REMOTE, CLIENT_PORT, OTHER_POD, TARGET_PORT), "the client's address kept");
         assert_eq!(frontend_header(&reference[1].packet).is_some(), proto == UDP);
     }
+}
+
+/// A TCP segment from the client to VIP:LB_PORT (ACK, no SYN) whose IPv6
+/// packet is `l3_len` bytes.
+fn segment_of(l3_len: usize) -> Vec<u8> {
+    let mut packet = Vec::new();
+    PacketBuilder::ethernet2(ROUTER_MAC, UPLINK_MAC)
+        .ipv6(REMOTE.octets(), VIP.octets(), 64)
+        .tcp(CLIENT_PORT, LB_PORT, 2, 65535)
+        .ack(1)
+        .write(&mut packet, &vec![b'a'; l3_len - 40 - 20])
+        .unwrap();
+    packet
+}
+
+#[test]
+fn dsr_inside_ipv6_tells_the_client_with_a_packet_too_big_what_fits_with_the_outer_header() {
+    // The uplink's MTU is 1500: inside an outer header, 1460 bytes fit.
+    let mut node = Node::with_xdp("ip6ip6-too-big");
+    node.dsr_ip6ip6_frontend(TCP, OTHER_POD);
+    let syn = segment(TCP, REMOTE, CLIENT_PORT, VIP, LB_PORT, true);
+    assert_eq!(node.arrived_on_uplink(&syn).verdict, TC_ACT_REDIRECT);
+
+    let fits = segment_of(1460);
+    assert_eq!(node.xdp_on_uplink(&fits).0, XDP_TX, "1460 bytes: XDP sends it, in its outer header");
+    let sent = node.arrived_on_uplink(&fits);
+    assert_eq!(sent.verdict, TC_ACT_REDIRECT);
+    assert_eq!(sent.packet.len(), 14 + 1500, "at tc too: 1500 bytes with the outer header");
+    assert!(outer_header(&sent.packet).is_some());
+
+    let big = segment_of(1461);
+    assert_eq!(node.xdp_on_uplink(&big), (XDP_PASS, big.clone()), "1461 bytes: left to tc");
+    let answer = node.arrived_on_uplink(&big);
+    assert_eq!(answer.verdict, TC_ACT_REDIRECT, "the Packet Too Big goes back to the client");
+    assert_well_formed(&answer.packet);
+    let l3 = &answer.packet[14..];
+    assert_eq!(l3[6], 58, "ICMPv6");
+    assert_eq!(&l3[24..40], &REMOTE.octets(), "to the client");
+    assert_eq!((l3[40], l3[41]), (2, 0), "Packet Too Big");
+    assert_eq!(u32::from_be_bytes([l3[44], l3[45], l3[46], l3[47]]), 1460, "the MTU that fits");
+    assert_eq!(&l3[48..88], &big[14..54], "quoting the packet the client sent");
+    assert_eq!(node.ingress(Reason::V6N_REASON_DROP_TOO_BIG), 1);
+
+    // A GSO packet (the uplink's GRO made it of the client's segments) gets
+    // none: the outer header comes off its segments' size. (A test run's
+    // packet has no GSO type, so the kernel will not encapsulate it: only
+    // the absence of a Packet Too Big is checked.)
+    let gso = segment_of(40 + 20 + 2 * 1440);
+    let as_gso = SkbIn { gso_segs: 2, gso_size: 1440, ..SkbIn::default() };
+    let run = try_run_skb(&node.host, "v6n_from_dev", &gso, node.uplink, as_gso).unwrap();
+    assert_ne!(run.packet.get(14 + 6), Some(&58), "no Packet Too Big for a GSO packet");
+    assert_eq!(node.ingress(Reason::V6N_REASON_DROP_TOO_BIG), 1);
 }
 
 #[test]

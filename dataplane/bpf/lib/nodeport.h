@@ -45,6 +45,7 @@
 #include "fib.h"
 #include "lb.h"
 #include "nodeport_state.h"
+#include "xlat.h" /* v6n_icmp6_error */
 
 /* Rewrites a packet of a Service connection (TCP, UDP, SCTP) to leave as `out`. */
 static __always_inline int v6n_service_rewrite(struct __sk_buff *skb, const struct v6n_flow *flow,
@@ -248,6 +249,30 @@ static __noinline int v6n_ip6ip6_push(struct __sk_buff *skb)
 }
 
 /*
+ * Direct server return inside IPv6 adds an outer header to every packet:
+ * whether the packet, so grown, still fits the route to the backend
+ * `daddr`. Returns 0 when it does, or when the route is not known (routing
+ * decides later), else the MTU a Packet Too Big gives the client: the
+ * route's less the outer header, never under IPv6's minimum. A GSO packet
+ * (the uplink's GRO made it of the client's segments) always fits:
+ * bpf_skb_adjust_room cuts its segments by what it adds.
+ */
+static __noinline __u32 v6n_ip6ip6_too_big(struct __sk_buff *skb, const __u8 *daddr)
+{
+	struct bpf_fib_lookup fib = { .family = AF_INET6, .ifindex = skb->ingress_ifindex };
+
+	if (skb->gso_size)
+		return 0;
+	__builtin_memcpy(fib.ipv6_dst, daddr, 16);
+	fib.tot_len = skb->len - V6N_L3_OFFSET + sizeof(struct ipv6hdr);
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return 0;
+	if (fib.mtu_result < V6N_IPV6_MIN_MTU + sizeof(struct ipv6hdr))
+		return V6N_IPV6_MIN_MTU;
+	return fib.mtu_result - sizeof(struct ipv6hdr);
+}
+
+/*
  * Direct server return inside IPv6, the backend's node's half (uplink
  * ingress, before v6n_dsr_accept): a packet inside an outer IPv6 header to
  * a backend here, whose inner destination is that backend too, is taken
@@ -391,6 +416,16 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 		if (reason != V6N_REASON_LB_TRANSLATED) {
 			*action = reason == V6N_REASON_DROP_NO_BACKEND ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 			return reason;
+		}
+	}
+	if (out.flags & V6N_CT_DSR_IP6IP6) {
+		/* Too big with the outer header: the client learns what fits
+		 * (RFC 8201), about the packet it sent. */
+		__u32 mtu = v6n_ip6ip6_too_big(skb, out.daddr);
+
+		if (mtu) {
+			*action = v6n_icmp6_error(skb, ICMPV6_PKT_TOOBIG, 0, mtu);
+			return V6N_REASON_DROP_TOO_BIG;
 		}
 	}
 	if (v6n_service_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0) ||

@@ -107,6 +107,10 @@ static __always_inline int v6n_xdp_next_hop(struct xdp_md *ctx, const struct v6n
 	fib->ifindex = ctx->ingress_ifindex;
 	fib->l4_protocol = flow->key.proto;
 	fib->tot_len = bpf_xdp_get_buff_len(ctx) - V6N_L3_OFFSET;
+	/* Inside an outer header it must fit too: else tc sends the client
+	 * a Packet Too Big. */
+	if (out->flags & V6N_CT_DSR_IP6IP6)
+		fib->tot_len += sizeof(struct ipv6hdr);
 	__builtin_memcpy(fib->ipv6_src, out->saddr, 16);
 	__builtin_memcpy(fib->ipv6_dst, out->daddr, 16);
 	if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS ||
@@ -232,10 +236,12 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 		}
 		if (!pick.backend)
 			return V6N_REASON_PASS;
-		/* What the packet will leave as, for the FIB to place the backend:
-		 * a next hop out of an uplink is on another node. */
+		/* What the packet will leave as, for the FIB to place the backend
+		 * (a next hop out of an uplink is on another node) and to say
+		 * whether it fits, an outer header included. */
 		__builtin_memcpy(out.saddr, flow->key.saddr, 16);
 		__builtin_memcpy(out.daddr, pick.backend->addr, 16);
+		out.flags = v6n_lb_remote_flags() & V6N_CT_DSR_IP6IP6;
 		if (v6n_endpoint((const struct in6_addr *)pick.backend->addr) || v6n_xdp_next_hop(ctx, flow, &out, &fib) < 0)
 			return V6N_REASON_PASS;
 		reason = v6n_nodeport_new(flow, &pick, 1, &out, now);

@@ -121,6 +121,16 @@ static __always_inline int v6n_icmp_error_allowed(void)
 }
 
 #ifndef V6N_CTX_XDP /* the error senders are tc's alone */
+/* Per-CPU room for v6n_icmp6_error's route lookup: it is called from
+ * programs whose own frames leave it little of BPF's 512-byte stack (the
+ * uplink's, for direct server return inside IPv6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bpf_fib_lookup);
+} v6n_icmp_error_fib SEC(".maps");
+
 /*
  * Replaces the IPv6 packet in skb by an ICMPv6 error about it, addressed to
  * its source from the address the kernel would pick for that route, and sends
@@ -130,25 +140,26 @@ static __always_inline int v6n_icmp_error_allowed(void)
 static __noinline int v6n_icmp6_error(struct __sk_buff *skb, __u8 type, __u8 code, __u32 info)
 {
 	struct in6_addr orig_saddr;
+	__u32 zero = 0;
+	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&v6n_icmp_error_fib, &zero);
 
-	if (!v6n_icmp_error_allowed())
+	if (!fib || !v6n_icmp_error_allowed())
 		return TC_ACT_SHOT;
 	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN + offsetof(struct ipv6hdr, saddr), &orig_saddr, 16) < 0)
 		return TC_ACT_SHOT;
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET6,
-		.ifindex = skb->ingress_ifindex,
-	};
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = AF_INET6;
+	fib->ifindex = skb->ingress_ifindex;
 	__u32 quote = skb->len - V6N_ETH_HLEN;
 
 	if (quote > V6N_ICMP6_QUOTE_MAX)
 		quote = V6N_ICMP6_QUOTE_MAX;
 	quote &= ~3U;
-	__builtin_memcpy(fib.ipv6_dst, &orig_saddr, 16);
+	__builtin_memcpy(fib->ipv6_dst, &orig_saddr, 16);
 	/* The error's own size: without it the kernel checks the MTU against
 	 * the packet being answered, which may be the very one too big. */
-	fib.tot_len = V6N_IP6_HLEN + 8 + quote;
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC);
+	fib->tot_len = V6N_IP6_HLEN + 8 + quote;
+	int rc = bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_SRC);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return TC_ACT_SHOT;
 
@@ -164,7 +175,7 @@ static __noinline int v6n_icmp6_error(struct __sk_buff *skb, __u8 type, __u8 cod
 	hdr.ip6.payload_len = bpf_htons(8 + quote);
 	hdr.ip6.nexthdr = IPPROTO_ICMPV6;
 	hdr.ip6.hop_limit = 64;
-	__builtin_memcpy(&hdr.ip6.saddr, fib.ipv6_src, 16);
+	__builtin_memcpy(&hdr.ip6.saddr, fib->ipv6_src, 16);
 	hdr.ip6.daddr = orig_saddr;
 	hdr.icmp6.icmp6_type = type;
 	hdr.icmp6.icmp6_code = code;
@@ -185,11 +196,12 @@ static __noinline int v6n_icmp6_error(struct __sk_buff *skb, __u8 type, __u8 cod
 	if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0 ||
 	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN, &hdr, sizeof(hdr), 0) < 0)
 		return TC_ACT_SHOT;
-	return v6n_redirect(skb, &fib, rc);
+	return v6n_redirect(skb, fib, rc);
 }
 
-/* The IPv4 counterpart of v6n_icmp6_error. */
-static __noinline int v6n_icmp4_error(struct __sk_buff *skb, __u8 type, __u8 code, __u32 info)
+/* The IPv4 counterpart of v6n_icmp6_error. Unused where only IPv6 errors
+ * are sent (the host and pod objects' direct server return). */
+static __noinline __attribute__((unused)) int v6n_icmp4_error(struct __sk_buff *skb, __u8 type, __u8 code, __u32 info)
 {
 	struct bpf_fib_lookup fib = {
 		.family = AF_INET,
