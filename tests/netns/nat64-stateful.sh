@@ -81,8 +81,10 @@ pass_if "status: pool 203.0.113.1, nothing in use, 64512 TCP ports and 100 UDP o
 server=64:ff9b:1::c000:202 # 192.0.2.2
 
 pass_if "ping c1 -> the IPv4-only server through the pool" at "${clients[0]}" ping -q -c 3 -i 0.2 -W 2 "$server"
+# The agent reads flow events from the kernel's ring as they come: the
+# binding's may reach Hubble's buffer a moment after the last echo.
 pass_if "hubble observe --from-ip c1 --protocol icmpv4: the binding, c1's echo translated from the pool 203.0.113.1 to 192.0.2.2" \
-    observed '.IP.source_xlated == "203.0.113.1" and .IP.destination == "192.0.2.2" and .verdict == "FORWARDED"
+    retry 10 observed '.IP.source_xlated == "203.0.113.1" and .IP.destination == "192.0.2.2" and .verdict == "FORWARDED"
         and (.Summary | test("^translated; \\[2001:db8:6:1::2\\]:[0-9]+ bound to 203.0.113.1:[0-9]+$"))' \
     --from-ip 2001:db8:6:1::2 --protocol icmpv4
 pass_if "ping c2 and c3 at once (one echo identifier each)" bash -c "
