@@ -128,8 +128,15 @@ fn sync_xlat_devices(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
 /// peer runs neither XDP nor GRO) keeps its traffic at tc.
 fn sync_xdp_ports(pin_dir: &Path, attachments: &[Attachment]) -> Result<()> {
     let mut wanted = BTreeSet::new();
-    for uplink in attachments.iter().filter(|a| a.runs_native_xdp()) {
-        match xdp_features::takes_redirected_frames(uplink.ifindex) {
+    let native: Vec<&Attachment> = attachments.iter().filter(|a| a.runs_native_xdp()).collect();
+    let netdev = if native.is_empty() { None } else { Some(xdp_features::Netdev::open()) };
+    for uplink in native {
+        let answer = match &netdev {
+            Some(Ok(netdev)) => netdev.takes_redirected_frames(uplink.ifindex),
+            Some(Err(e)) => Err(anyhow::anyhow!("{e:#}")),
+            None => Ok(false),
+        };
+        match answer {
             Ok(true) => {
                 wanted.insert(uplink.ifindex);
             }

@@ -21,22 +21,36 @@ const NETDEV_A_DEV_IFINDEX: u16 = 1;
 const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
 const NETDEV_XDP_ACT_NDO_XMIT: u64 = 4;
 
-/// Whether the device `ifindex` takes frames other devices' XDP programs
-/// redirect to it. An error when the kernel cannot say (before 6.3).
-pub fn takes_redirected_frames(ifindex: u32) -> Result<bool> {
-    let socket = Socket::new(NETLINK_GENERIC).context("opening a generic netlink socket")?;
-    socket.connect(&SocketAddr::new(0, 0)).context("connecting to generic netlink")?;
-    let family = request(&socket, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_NAME, b"netdev\0")
-        .context("looking up the netdev netlink family")?;
-    let family = attribute(&family, CTRL_ATTR_FAMILY_ID)
-        .and_then(|v| Some(u16::from_ne_bytes(v.get(..2)?.try_into().ok()?)))
-        .context("the netdev family has no id")?;
-    let device = request(&socket, family, NETDEV_CMD_DEV_GET, NETDEV_A_DEV_IFINDEX, &ifindex.to_ne_bytes())
-        .with_context(|| format!("asking netdev about ifindex {ifindex}"))?;
-    let features = attribute(&device, NETDEV_A_DEV_XDP_FEATURES)
-        .and_then(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
-        .context("no xdp-features in netdev's answer")?;
-    Ok(features & NETDEV_XDP_ACT_NDO_XMIT != 0)
+/// The kernel's `netdev` netlink family, found once for the devices asked
+/// about.
+pub struct Netdev {
+    socket: Socket,
+    family: u16,
+}
+
+impl Netdev {
+    /// An error when the kernel has no such family (before 6.3).
+    pub fn open() -> Result<Netdev> {
+        let socket = Socket::new(NETLINK_GENERIC).context("opening a generic netlink socket")?;
+        socket.connect(&SocketAddr::new(0, 0)).context("connecting to generic netlink")?;
+        let family = request(&socket, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_NAME, b"netdev\0")
+            .context("looking up the netdev netlink family")?;
+        let family = attribute(&family, CTRL_ATTR_FAMILY_ID)
+            .and_then(|v| Some(u16::from_ne_bytes(v.get(..2)?.try_into().ok()?)))
+            .context("the netdev family has no id")?;
+        Ok(Netdev { socket, family })
+    }
+
+    /// Whether the device `ifindex` takes frames other devices' XDP
+    /// programs redirect to it.
+    pub fn takes_redirected_frames(&self, ifindex: u32) -> Result<bool> {
+        let device = request(&self.socket, self.family, NETDEV_CMD_DEV_GET, NETDEV_A_DEV_IFINDEX, &ifindex.to_ne_bytes())
+            .with_context(|| format!("asking netdev about ifindex {ifindex}"))?;
+        let features = attribute(&device, NETDEV_A_DEV_XDP_FEATURES)
+            .and_then(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
+            .context("no xdp-features in netdev's answer")?;
+        Ok(features & NETDEV_XDP_ACT_NDO_XMIT != 0)
+    }
 }
 
 /// One request with one attribute; returns the answer's attributes (after
@@ -85,7 +99,8 @@ mod tests {
     fn the_kernel_answers_for_the_loopback_device_which_takes_no_redirected_frames() {
         // The netdev family is Linux 6.3's; the image's kernel is 6.12. A
         // veth that does take them: tests/netns/xdp.sh.
-        assert!(!takes_redirected_frames(1).expect("the kernel's answer about lo"));
-        assert!(takes_redirected_frames(u32::MAX).is_err(), "no such device");
+        let netdev = Netdev::open().expect("the netdev family");
+        assert!(!netdev.takes_redirected_frames(1).expect("the kernel's answer about lo"));
+        assert!(netdev.takes_redirected_frames(u32::MAX).is_err(), "no such device");
     }
 }

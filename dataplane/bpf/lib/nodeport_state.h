@@ -176,14 +176,19 @@ static __always_inline int v6n_nodeport_pick(struct v6n_ctx *ctx, const struct v
 
 /* The flags a connection from outside to a backend on another node gets
  * when direct server return is on (V6N_CT_DSR, V6N_CT_DSR_IP6IP6), else 0. */
-static __always_inline __u8 v6n_lb_remote_flags(void)
+static __always_inline __u8 v6n_lb_remote_flags(const struct v6n_lb_config *cfg)
 {
-	__u32 zero = 0;
-	struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
-
 	if (!cfg || !(cfg->flags & V6N_LB_DSR))
 		return 0;
 	return V6N_CT_DSR | ((cfg->flags & V6N_LB_DSR_IP6IP6) ? V6N_CT_DSR_IP6IP6 : 0);
+}
+
+/* This node's Services configuration (v6n_lb_cfg), or NULL. */
+static __always_inline struct v6n_lb_config *v6n_lb_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
 }
 
 /*
@@ -233,7 +238,7 @@ static __always_inline enum v6n_reason v6n_nodeport_new(const struct v6n_flow *f
 			return V6N_REASON_DROP_NAT_PORTS;
 		if (cfg->flags & V6N_LB_DSR) {
 			/* The backend's node answers the client: no reply comes here. */
-			out->flags = v6n_lb_remote_flags();
+			out->flags = v6n_lb_remote_flags(cfg);
 		} else {
 			__builtin_memcpy(out->saddr, cfg->masquerade_addr, 16);
 			if (v6n_masquerade_port(out, &reply, flow->key.proto) < 0)

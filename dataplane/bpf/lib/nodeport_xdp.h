@@ -241,7 +241,7 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 		 * whether it fits, an outer header included. */
 		__builtin_memcpy(out.saddr, flow->key.saddr, 16);
 		__builtin_memcpy(out.daddr, pick.backend->addr, 16);
-		out.flags = v6n_lb_remote_flags() & V6N_CT_DSR_IP6IP6;
+		out.flags = v6n_lb_remote_flags(v6n_lb_config()) & V6N_CT_DSR_IP6IP6;
 		if (v6n_endpoint((const struct in6_addr *)pick.backend->addr) || v6n_xdp_next_hop(ctx, flow, &out, &fib) < 0)
 			return V6N_REASON_PASS;
 		reason = v6n_nodeport_new(flow, &pick, 1, &out, now);
