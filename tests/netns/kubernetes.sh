@@ -116,11 +116,10 @@ cni_file_before=$(stat -c '%i %Y' "$work/cni/10-v6node.conflist")
 agent_stop
 pass_if "routes stay while the agent is stopped" routes_are "fd00:10:244:b::/64 via fd00:9::b"
 agent_start
-new_agent_ready() { [[ "$(jq_status '"\(.agent.pid) \(.agent.ready_after_ms != null)"')" == "$agent_pid true" ]]; }
 # Before the new agent has its own list of Nodes, the prefix the last one
 # learnt keeps the CNI config: never removed, so the runtime never reports the
 # network not ready across a restart.
-cni_file_untouched() { retry 20 new_agent_ready && [[ "$(stat -c '%i %Y' "$work/cni/10-v6node.conflist")" == "$cni_file_before" ]]; }
+cni_file_untouched() { retry 20 agent_ready && [[ "$(stat -c '%i %Y' "$work/cni/10-v6node.conflist")" == "$cni_file_before" ]]; }
 pass_if "the restarted agent leaves the CNI config in place (same file, not rewritten)" cni_file_untouched
 wait "$flood"
 pass_if "pings every 2 ms across the agent's restart: none lost ($(grep -o '[0-9]* received' "$work/flood.log"))" \

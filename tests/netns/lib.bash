@@ -168,13 +168,18 @@ unit_caps() {
 
 # For tests with one agent in namespace $node, logging to $work/agent.log:
 in_node() { at "$node" "$@"; }
-# agent_start: the agent with its unit's capabilities; returns once status answers.
+# agent_start: the agent with its unit's capabilities; returns once it is
+# ready (what systemd waits for: READY=1 comes after the last table is
+# written). Status answers earlier, from the first attachment on: a packet
+# sent then may meet programs whose tables are still being filled.
 agent_start() {
     bash -c 'exec "$@"' _ nsenter --net="/run/netns/$node" \
         setpriv --bounding-set="-all,$caps" --inh-caps=-all "$bin" run >>"$work/agent.log" 2>&1 &
     agent_pid=$!
-    retry 20 in_node "$bin" status --json >/dev/null 2>&1
+    retry 20 agent_ready
 }
+# agent_ready: the agent started last ($agent_pid) is ready.
+agent_ready() { [[ "$(jq_status '"\(.agent.pid) \(.agent.ready_after_ms != null)"' 2>/dev/null)" == "$agent_pid true" ]]; }
 agent_stop() { kill -TERM "$agent_pid"; wait "$agent_pid"; agent_pid=; }
 status_json() { in_node "$bin" status --json; }
 jq_status() { status_json | jq -r "$@"; }
