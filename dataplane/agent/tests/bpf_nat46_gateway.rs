@@ -39,6 +39,7 @@ const FRONTEND: u32 = 1;
 const TCP_SYN: u8 = 0x02;
 const TCP_SYN_ACK: u8 = 0x12;
 const TCP_ACK: u8 = 0x10;
+const TCP_FIN_ACK: u8 = 0x11;
 
 fn gateway(test: &str) -> (Net, Xlat) {
     let net = Net::enter();
@@ -244,6 +245,37 @@ fn one_client_port_cannot_reach_one_backend_through_two_frontends() {
     assert_eq!(xlat.run(&to_vip(40000, 81, TCP, TCP_SYN), net.v4).verdict, TC_ACT_SHOT);
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_NAT46_CLASH), 1);
     assert_eq!(xlat.run(&to_vip(40001, 81, TCP, TCP_SYN), net.v4).verdict, TC_ACT_REDIRECT, "another port is fine");
+}
+
+#[test]
+fn a_new_connection_from_a_closed_flows_port_is_balanced_anew() {
+    let (net, mut xlat) = gateway("nat46-reopen");
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[101]);
+    let send = |xlat: &Xlat, flags: u8| {
+        let run = xlat.run(&to_vip(40000, 80, TCP, flags), net.v4);
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "flags {flags:#x}");
+        v6_flow(&run.packet).1
+    };
+    assert_eq!(send(&xlat, TCP_SYN), BACKENDS[0]);
+    xlat.run(&from_backend(BACKENDS[0], 40000, TCP, TCP_SYN_ACK), net.v6);
+    // ::a out of the table, still configured (quarantined, or draining).
+    set_frontend(&mut xlat, 80, TCP, FRONTEND, &[102]);
+    assert_eq!(send(&xlat, TCP_ACK), BACKENDS[0], "the live connection keeps its backend");
+    assert_eq!(send(&xlat, TCP_SYN), BACKENDS[0], "and so does a retransmitted SYN");
+    xlat.run(&from_backend(BACKENDS[0], 40000, TCP, TCP_SYN_ACK), net.v6);
+
+    // Closed from both sides; the flow lives on for the closing lifetime.
+    send(&xlat, TCP_FIN_ACK);
+    assert_eq!(xlat.run(&from_backend(BACKENDS[0], 40000, TCP, TCP_FIN_ACK), net.v6).verdict, TC_ACT_REDIRECT);
+    assert_eq!(send(&xlat, TCP_ACK), BACKENDS[0], "the last ACK is still the old connection's");
+    set_events(&mut xlat.ebpf, true, 1000, 100);
+    // The client takes the port again for a new connection.
+    assert_eq!(send(&xlat, TCP_SYN), BACKENDS[1], "a new connection: the table's backend, not the closed flow's");
+    assert_eq!(events(&mut xlat.ebpf).len(), 1, "a new flow, reported");
+    let (_, forward) = flows(&xlat).into_iter().find(|(k, _)| k.saddr == CLIENT.to_ipv6_mapped().octets()).unwrap();
+    assert_eq!(forward.backend_id, 102);
+    assert_eq!(xlat.run(&from_backend(BACKENDS[1], 40000, TCP, TCP_SYN_ACK), net.v6).verdict, TC_ACT_REDIRECT);
+    assert_eq!(xlat.run(&from_backend(BACKENDS[0], 40000, TCP, TCP_ACK), net.v6).verdict, TC_ACT_SHOT, "the old backend's");
 }
 
 /// `v4` embedded in the gateway's prefix, as the backends see it.

@@ -32,6 +32,7 @@ const BACKENDS: [Ipv6Addr; 2] =
 const BACKEND_PORT: u16 = 8080;
 const TCP_SYN: u8 = 0x02;
 const TCP_ACK: u8 = 0x10;
+const TCP_FIN: u8 = 0x01;
 
 /// A gateway with one uplink, `uplink`, for both families; the translator on
 /// it at tc and in XDP, sharing their maps.
@@ -294,6 +295,18 @@ fn xdp_runs_the_nat46_gateway_both_ways_as_tc_does() {
         assert_eq!(&back[34..36], &80u16.to_be_bytes(), "from the frontend's port");
     }
     assert_eq!(gw.xlat.nat46_state().len(), 8, "four flows, each two entries");
+
+    // The first connection closes from both sides; its flow lives on, and a
+    // new connection from the same port is a new flow: tc's, as any other.
+    let fin = v4_frame(V4_HOST, VIP, 6, &tcp_with(40000, 80, TCP_FIN | TCP_ACK));
+    let to_backend = gw.translates_as_tc(&fin, "the client's FIN");
+    let backend: [u8; 16] = to_backend[38..54].try_into().unwrap();
+    gw.translates_as_tc(
+        &v6_frame(backend.into(), client_as_v6, 6, &tcp_with(BACKEND_PORT, 40000, TCP_FIN | TCP_ACK)),
+        "the backend's FIN",
+    );
+    gw.translates_as_tc(&v4_frame(V4_HOST, VIP, 6, &tcp_with(40000, 80, TCP_ACK)), "the last ACK");
+    gw.leaves_to_tc(&v4_frame(V4_HOST, VIP, 6, &tcp_with(40000, 80, TCP_SYN)), "a new connection from a closed flow's port");
 }
 
 #[test]

@@ -129,6 +129,23 @@ static __always_inline int v6n_nat46_backend_stays(const struct v6n_ct_value *ou
 }
 
 /*
+ * Whether the flow `out` is over for the packet s->l4 describes: a TCP SYN
+ * opens a new connection from a client port whose last connection closed
+ * or was reset (a FIN or RST seen; such a flow lives on for the closing
+ * lifetime, minutes, and a client may take the port again after its own
+ * TIME_WAIT). The packet opens a new flow, its backend picked anew from the
+ * table as conntrack and IPVS reschedule a reused port: a backend
+ * quarantined or draining since gets no new connection that way. A
+ * retransmitted SYN of a live connection keeps its backend. (A flow past
+ * its lifetime is the agent's sweep's, within seconds.)
+ */
+static __always_inline int v6n_nat46_flow_over(const struct v6n_ct_value *out, const struct v6n_nat64_l4 *l4)
+{
+	return l4->proto == IPPROTO_TCP && (l4->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN &&
+	       (out->flags & (V6N_CT_CLOSING | V6N_CT_FIN_OUT | V6N_CT_FIN_IN | V6N_CT_RESET));
+}
+
+/*
  * A new flow for the forward key in s->client_key to the frontend `fe`: a
  * backend from its Maglev table, the reverse entry written first (so that a
  * forward entry never names nothing), then the forward one. Returns 0 or a
@@ -221,7 +238,7 @@ static __always_inline int v6n_nat46_inbound_flow(const struct v6n_nat64_config 
 	v6n_nat46_client_key(s);
 
 	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
-	if (!out || out->frontend_id != fe->id || !v6n_nat46_backend_stays(out)) {
+	if (!out || out->frontend_id != fe->id || !v6n_nat46_backend_stays(out) || v6n_nat46_flow_over(out, &s->l4)) {
 		reason = v6n_nat46_open(cfg, s, fe, now);
 		if (reason)
 			return reason;

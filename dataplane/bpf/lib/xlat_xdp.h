@@ -73,13 +73,14 @@ static __always_inline int v6n_xlat_xdp_leaves_here4(struct xdp_md *ctx, struct 
 }
 
 /* The NAT46 gateway's flow for the packet s describes (s->ipv4_addrs,
- * s->l4) exists already. Whether a new flow's packets can leave by this
- * uplink is known only once its backend is chosen, so tc makes new flows,
- * and reports them. */
+ * s->l4) exists already and is not over. Whether a new flow's packets can
+ * leave by this uplink is known only once its backend is chosen, so tc
+ * makes new flows, and reports them. */
 static __always_inline int v6n_xlat_xdp_nat46_known(struct v6n_nat64_scratch *s)
 {
 	v6n_nat46_client_key(s);
-	return bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key) != NULL;
+	const struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
+	return out && !v6n_nat46_flow_over(out, &s->l4);
 }
 
 /* bpf_l4_csum_replace of a 2-byte field (the kernel's csum_replace4 on the
