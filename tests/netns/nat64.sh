@@ -66,6 +66,11 @@ pass_if "agent with [nat64] becomes ready" ready
 pass_if "status: the translator is attached to gw6, gw4 and its fragmentation link, after the host programs (and XDP)" \
     test "$(jq_status '[.links[] | select(.attached) | "\(.device)-\(.direction)-\(.program)"] | sort | join(" ")')" \
     = "gw4-egress-v6n_to_dev gw4-ingress-v6n_from_dev gw4-nat64-v6n_nat64 gw4-xdp-v6n_xdp_uplink gw6-egress-v6n_to_dev gw6-ingress-v6n_from_dev gw6-nat64-v6n_nat64 gw6-xdp-v6n_xdp_uplink v6n-frag1-nat64-v6n_nat64"
+# The fragmentation link is reached by a main-table route, never a policy
+# rule: any rule slows every IPv4 lookup in the namespace for good.
+pass_if "the fragmentation link's route is in the main table, and no policy rule was added" \
+    test "$(ip -n "$gw" -4 route show 169.254.118.1/32 | tr -s ' ') | $(ip -n "$gw" -4 rule show | wc -l)" \
+    = "169.254.118.1 dev v6n-frag0 proto 118 scope link  | 3"
 pass_if "status: prefix and one mapping" test "$(jq_status '.nat64 | "\(.prefix) \(.eam.entries)"')" = "64:ff9b:1::/96 1"
 pass_if "bpftool prog show lists v6n_nat64" bash -c "bpftool prog show | grep -q 'name v6n_nat64'"
 

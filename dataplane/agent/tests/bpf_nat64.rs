@@ -349,8 +349,30 @@ fn packets_too_big_for_the_next_hop_get_ptb_or_fragmentation_needed() {
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_TOO_BIG), 1);
 }
 
+/// What the kernel makes of `packet` (an IPv4 packet) on a link of MTU
+/// 1252: its fragments, as they come back in.
+fn fragments_of(packet: &[u8]) -> Vec<Vec<u8>> {
+    let (header, payload) = packet.split_at(20);
+    payload
+        .chunks(1232)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let mut fragment = header.to_vec();
+            let more = if (i + 1) * 1232 < payload.len() { 0x2000 } else { 0 };
+            fragment[2..4].copy_from_slice(&((20 + chunk.len()) as u16).to_be_bytes());
+            fragment[6..8].copy_from_slice(&(more | (i * 1232 / 8) as u16).to_be_bytes());
+            fragment[8] -= 1; // forwarded out of the link
+            fragment[10..12].copy_from_slice(&[0, 0]);
+            let c = fold(sum16(&fragment));
+            fragment[10..12].copy_from_slice(&c.to_be_bytes());
+            fragment.extend_from_slice(chunk);
+            ethernet(ETH_IPV4, &fragment)
+        })
+        .collect()
+}
+
 #[test]
-fn df_clear_ipv4_too_big_for_ipv6_goes_to_the_kernel_marked_to_be_fragmented() {
+fn df_clear_ipv4_too_big_for_ipv6_goes_to_the_kernel_readdressed_to_be_fragmented() {
     let net = Net::enter();
     let mut xlat = Xlat::load("fragment");
     net.set_mtu("v6", 1280);
@@ -359,17 +381,64 @@ fn df_clear_ipv4_too_big_for_ipv6_goes_to_the_kernel_marked_to_be_fragmented() {
     let run = xlat.run(&big, net.v4);
     assert_eq!((run.verdict, l3(&run.packet)[20]), (TC_ACT_REDIRECT, 3));
 
-    const MARK: u32 = 0x7646_0000;
-    xlat.set_fragment_mark(MARK);
+    const VIA: Ipv4Addr = Ipv4Addr::new(169, 254, 118, 1);
+    xlat.set_fragment_addr(VIA);
     let run = xlat.run(&big, net.v4);
     assert_eq!(run.verdict, TC_ACT_OK, "to the kernel");
-    assert_eq!(run.mark, MARK, "marked for the fragmentation link's route");
-    assert_eq!(run.packet, big, "untouched: its fragments are translated when they come back");
+    assert_eq!(run.mark, u32::from(V6_HOST_AS_V4), "its destination kept in its mark");
+    assert_eq!(v4_addrs(&run.packet), (V4_HOST, VIA), "readdressed to the fragmentation link's route");
+    assert_eq!(fold(sum16(&l3(&run.packet)[..20])), 0, "header checksum");
+    assert_eq!(l3(&run.packet)[20..], l3(&big)[20..], "the rest untouched, transport checksum included");
     assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 1);
+    let readdressed = run.packet;
 
-    // A fragment that comes back still too big is refused, not sent round again.
-    let run = xlat.run_marked(&big, net.v4, MARK);
+    // The kernel's fragments come back: each translated to an IPv6 fragment
+    // for the original destination, one hop taken in all, and the datagram
+    // they make up has a valid checksum.
+    let fragments = fragments_of(&readdressed[14..]);
+    let mut datagram = Vec::new();
+    for (i, fragment) in fragments.iter().enumerate() {
+        let run = xlat.run_marked(fragment, net.v4, u32::from(V6_HOST_AS_V4));
+        assert_eq!(run.verdict, TC_ACT_REDIRECT, "fragment {i}");
+        assert_well_formed(&run.packet);
+        let ip = l3(&run.packet);
+        assert_eq!(v6_addrs(&run.packet), (V4_HOST_AS_V6, V6_HOST), "fragment {i}");
+        assert_eq!((ip[6], ip[7]), (44, 63), "fragment {i}: Fragment header, hop limit as the kernel left it");
+        assert!(ip.len() <= 1280, "fragment {i} fits IPv6's minimum MTU");
+        assert_eq!(run.mark, 0, "fragment {i}: the mark taken off");
+        datagram.extend_from_slice(&ip[48..]);
+    }
+    assert_eq!(fragments.len(), 2);
+    assert_eq!(l3(&xlat.run_marked(&fragments[0], net.v4, u32::from(V6_HOST_AS_V4)).packet).len(), 1280);
+    let sent = &l3(&big)[20..];
+    assert!(datagram.len() == sent.len() && datagram[..6] == sent[..6] && datagram[8..] == sent[8..], "the datagram whole");
+    assert_eq!(fold(pseudo6(&V4_HOST_AS_V6.octets(), &V6_HOST.octets(), 17, datagram.len()) + sum16(&datagram)), 0);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 1, "each sent round once");
+
+    // TTL 2 on the way in: the kernel leaves the fragments TTL 1, and they
+    // are translated with hop limit 1, no Time Exceeded: the translator's
+    // hop was counted on the way in.
+    let last_hop = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 2, 17, 0, &udp(1, 2, &[9; 1300 - 28]), Some(6)));
+    let run = xlat.run(&last_hop, net.v4);
+    assert_eq!(run.verdict, TC_ACT_OK);
+    for fragment in fragments_of(&run.packet[14..]) {
+        let run = xlat.run_marked(&fragment, net.v4, u32::from(V6_HOST_AS_V4));
+        assert_eq!((run.verdict, l3(&run.packet)[6], l3(&run.packet)[7]), (TC_ACT_REDIRECT, 44, 1));
+    }
+
+    // A packet that comes back still too big is refused, not sent round
+    // again, and the error quotes it with its own destination.
+    let run = xlat.run_marked(&readdressed, net.v4, u32::from(V6_HOST_AS_V4));
     assert_eq!((run.verdict, l3(&run.packet)[20], l3(&run.packet)[21]), (TC_ACT_REDIRECT, 3, 4), "Fragmentation Needed");
+    assert_eq!(&l3(&run.packet)[28 + 16..28 + 20], &V6_HOST_AS_V4.octets(), "quoted as sent");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 2);
+
+    // To the fragmentation address without a destination kept (not from
+    // the link): dropped and counted, neither guessed at nor sent round.
+    let run = xlat.run(&readdressed, net.v4);
+    assert_eq!(run.verdict, TC_ACT_SHOT);
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_DROP_UNTRANSLATABLE), 1);
+
     // DF set, an ICMP message (translated whole), UDP without a checksum: refused as before.
     let df = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 17, 0x4000, &udp(1, 2, &[9; 1300 - 28]), Some(6)));
     let ping = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 64, 1, 0, &icmp(8, 0, [0, 1, 0, 1], &[0; 1300 - 28]), Some(2)));
@@ -378,13 +447,7 @@ fn df_clear_ipv4_too_big_for_ipv6_goes_to_the_kernel_marked_to_be_fragmented() {
         let run = xlat.run(&frame, net.v4);
         assert_eq!((run.verdict, run.mark), (TC_ACT_REDIRECT, 0));
     }
-    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 1);
-
-    // The fragments the kernel makes (1252 bytes of IPv4 and less) are translated.
-    let first = ethernet(ETH_IPV4, &ipv4(V4_HOST, V6_HOST_AS_V4, 63, 17, 0x2000, &[9; 1232], None));
-    let run = xlat.run_marked(&first, net.v4, MARK);
-    assert_eq!(run.verdict, TC_ACT_REDIRECT);
-    assert_eq!(l3(&run.packet).len(), 1280, "a full IPv6 packet: 40 + 8 (Fragment header) + 1232");
+    assert_eq!(xlat.counted(D46, Reason::V6N_REASON_XLAT_TO_FRAGMENT), 2);
 }
 
 /// An ICMPv6 error from the IPv6 host about a UDP datagram the IPv4 host sent

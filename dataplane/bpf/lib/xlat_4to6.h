@@ -239,22 +239,56 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
 /*
  * RFC 7915 4.1: a DF-clear packet too big for the IPv6 next hop is
  * fragmented, not refused. A BPF program sends one packet, so the kernel
- * does it: marked, the packet is routed out of the agent's fragmentation
- * link (agent/src/nat/fragmenter.rs) and its fragments are translated one by one as they come
- * back in. Returns 1 when the packet is marked so. Never twice (a
- * fragment still too big gets the Fragmentation Needed), and not the
+ * does it: readdressed to cfg->fragment_addr, which the main table routes
+ * out of the agent's fragmentation link (agent/src/nat/fragmenter.rs), its
+ * own destination kept in its mark (copied to each fragment, and kept
+ * across the veth), the packet's fragments are translated one by one as
+ * they come back in. Returns 1 when the packet is sent so. Not the
  * stateful paths' packets: their ports are rewritten already and their
- * fragments are refused.
+ * fragments are refused. The header checksum follows the address; the
+ * transport checksum is left as it is, right again when the address comes
+ * back.
  */
 static __noinline int v6n_fragment_by_kernel(struct __sk_buff *skb, __be32 daddr)
 {
 	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__be32 via = cfg ? cfg->fragment_addr : 0;
 
-	if (!cfg || !cfg->fragment_mark || skb->mark == cfg->fragment_mark)
+	if (!via)
 		return 0;
 	if (v6n_nat46_is_vip(daddr) || v6n_nat64_is_pool(daddr))
 		return 0;
-	skb->mark = cfg->fragment_mark;
+	if (bpf_l3_csum_replace(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, check), daddr, via, 4) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, daddr), &via, 4, 0) < 0)
+		return 0;
+	skb->mark = bpf_ntohl(daddr);
+	return 1;
+}
+
+/*
+ * A fragment back from the fragmentation link (v6n_fragment_by_kernel):
+ * its destination back from its mark, and *ip read again. Returns
+ * 1 for such a fragment, 0 for any other packet, and a drop reason for a
+ * packet to the fragmentation address that did not come that way (no
+ * destination kept: translating it could only guess, and letting it on
+ * would send it round the link until its TTL ran out).
+ */
+static __noinline int v6n_fragment_back(struct __sk_buff *skb, struct iphdr *ip)
+{
+	const struct v6n_nat64_config *cfg = v6n_nat64_config();
+	__be32 daddr;
+
+	if (!cfg || !cfg->fragment_addr || ip->daddr != cfg->fragment_addr)
+		return 0;
+	if (!skb->mark)
+		return -V6N_REASON_DROP_UNTRANSLATABLE;
+	daddr = bpf_htonl(skb->mark);
+	if (bpf_l3_csum_replace(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, check), ip->daddr, daddr, 4) < 0 ||
+	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, daddr), &daddr, 4, 0) < 0)
+		return -V6N_REASON_DROP_MALFORMED;
+	skb->mark = 0;
+	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip, sizeof(*ip)) < 0)
+		return -V6N_REASON_DROP_MALFORMED;
 	return 1;
 }
 
@@ -271,6 +305,9 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (h.ip.version != 4)
 		return V6N_NOT_OURS;
+	int back = v6n_fragment_back(skb, &h.ip);
+	if (back < 0)
+		return V6N_DROP(-back);
 	/* Looked up once: every IPv4 packet the translator sees asks. */
 	int vip = v6n_nat46_is_vip(h.ip.daddr);
 	if (!vip && !v6n_nat64_is_pool(h.ip.daddr) && v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
@@ -314,14 +351,13 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	int is_error = protocol == IPPROTO_ICMP && icmp.type != ICMP_ECHO && icmp.type != ICMP_ECHOREPLY;
 
 	/* RFC 7915 4.1/5.1: the translator takes one hop, fragmenting or not.
-	 * A packet back from the fragmentation link (v6n_fragment_by_kernel's
-	 * mark, kept across the veth and copied to each fragment) has had it
-	 * taken: the kernel decremented its TTL forwarding it there, after this
-	 * check passed it with TTL 2 or more on the way in. Its fragments keep
-	 * their TTL (at least 1). Not compensated the other way (one more TTL
-	 * before the kernel forwards): TTL 255 has no room for it, and the
-	 * header checksum would change twice. */
-	__u8 hop = cfg && cfg->fragment_mark && skb->mark == cfg->fragment_mark ? 0 : 1;
+	 * A fragment back from the fragmentation link has had it taken: the
+	 * kernel decremented its TTL forwarding it there, after this check
+	 * passed it with TTL 2 or more on the way in. Its fragments keep their
+	 * TTL (at least 1). Not compensated the other way (one more TTL before
+	 * the kernel forwards): TTL 255 has no room for it, and the header
+	 * checksum would change twice. */
+	__u8 hop = back ? 0 : 1;
 	if (h.ip.ttl <= hop) {
 		if (is_error)
 			return V6N_DROP(V6N_REASON_DROP_HOP_LIMIT); /* never an error about an error */
@@ -400,7 +436,7 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		/* ICMP is translated whole (ICMPv6 sums a pseudo-header), and so
 		 * is UDP without a checksum: neither may be cut up. */
 		if (!(h.ip.frag_off & bpf_htons(V6N_IP4_DF)) && protocol != IPPROTO_ICMPV6 && !udp_no_csum &&
-		    v6n_fragment_by_kernel(skb, h.ip.daddr))
+		    !back && v6n_fragment_by_kernel(skb, h.ip.daddr))
 			return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_FRAGMENT);
 		__u32 mtu = fib.mtu_result - (V6N_IP6_HLEN - V6N_IP4_HLEN) - frag_len;
 		return V6N_OUTCOME(V6N_ACT_TOO_BIG, V6N_REASON_DROP_TOO_BIG) | ((mtu & 0xffff) << 16);

@@ -44,11 +44,11 @@ impl Nat {
             return Ok(None);
         }
         let fragment_mtu = fragmentation_link(netlink).await;
-        let mark = fragment_mtu.map_or(0, |_| fragmenter::MARK);
+        let fragment_addr = fragment_mtu.map(|_| fragmenter::ADDRESS);
         // The pool in place before the translator's config says its size.
         let stateful = stateful::sync(pin_dir, config.nat64.stateful.as_ref())?;
         let routes = main_table::routes(netlink).await.context("reading the main table's IPv6 routes")?;
-        let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), mark, &routes)?;
+        let mut stats = translator::sync_nat64(pin_dir, &config.nat64, config.nat46.as_ref(), fragment_addr, &routes)?;
         stats.fragment_mtu = fragment_mtu;
         stats.stateful = stateful;
         self.health.follow(config.nat46.as_ref());

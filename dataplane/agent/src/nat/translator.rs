@@ -3,7 +3,7 @@
 //! explicit address mappings and translatable ranges, kept equal to
 //! `[nat64]`, and its one configuration element.
 
-use std::{path::Path, time::Instant};
+use std::{net::Ipv4Addr, path::Path, time::Instant};
 
 use anyhow::{Context, Result};
 use aya::maps::{
@@ -95,7 +95,7 @@ pub fn sync_nat64(
     pin_dir: &Path,
     nat64: &Nat64,
     nat46: Option<&Nat46>,
-    fragment_mark: u32,
+    fragment_addr: Option<Ipv4Addr>,
     routes: &[Route6],
 ) -> Result<Nat64Stats> {
     let eams = eam_entries(&nat64.eam, routes);
@@ -103,7 +103,7 @@ pub fn sync_nat64(
     let read_and_write = Instant::now();
     write_eams(pin_dir, &eams, &mut stats, || {
         let mut config: BpfHashMap<MapData, u32, Nat64Config> = bpf::open_pinned_map(pin_dir, maps::NAT64_CONFIG)?;
-        let value = nat64_config(nat64, nat46, fragment_mark);
+        let value = nat64_config(nat64, nat46, fragment_addr);
         config.insert(0, value, 0).context("writing the NAT64 prefix")
     })?;
     stats.write_micros = read_and_write.elapsed().as_micros() as u64;
@@ -150,11 +150,11 @@ fn write_eams(pin_dir: &Path, eams: &EamEntries, stats: &mut SyncStats, between:
 
 /// The translator's single configuration element. Stateful NAT64's pool
 /// size counts addresses `stateful::sync` has written by place before.
-fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>, fragment_mark: u32) -> Nat64Config {
+fn nat64_config(nat64: &Nat64, nat46: Option<&Nat46>, fragment_addr: Option<Ipv4Addr>) -> Nat64Config {
     let mut value = Nat64Config {
         prefix: nat64.prefix.network().octets(),
         prefix_len: nat64.prefix.prefix_len(),
-        fragment_mark,
+        fragment_addr: fragment_addr.map_or(0, |a| u32::from_ne_bytes(a.octets())),
         ..Nat64Config::default()
     };
     if let Some(stateful) = &nat64.stateful {
@@ -251,9 +251,10 @@ mod tests {
     #[test]
     fn the_config_element_holds_the_prefix_and_no_pool_without_stateful() {
         let c = config("prefix = \"64:ff9b:1::/48\"\n");
-        let value = nat64_config(&c.nat64, None, 0x40);
+        let value = nat64_config(&c.nat64, None, Some(Ipv4Addr::new(169, 254, 0, 1)));
         assert_eq!(value.prefix, "64:ff9b:1::".parse::<std::net::Ipv6Addr>().unwrap().octets());
-        assert_eq!((value.prefix_len, value.fragment_mark, value.pool_size), (48, 0x40, 0));
+        assert_eq!(value.fragment_addr.to_ne_bytes(), [169, 254, 0, 1], "in network order");
+        assert_eq!((value.prefix_len, value.pool_size), (48, 0));
         assert_eq!((value.filtering, value.lifetimes, value.nat46_on), (0, Default::default(), 0), "no stateful, no gateway");
     }
 
@@ -264,7 +265,7 @@ mod tests {
              filtering = \"address-dependent\"\nudp_seconds = 120\n",
         );
         let stateful = c.nat64.stateful.as_ref().unwrap();
-        let value = nat64_config(&c.nat64, None, 0);
+        let value = nat64_config(&c.nat64, None, None);
         assert_eq!(value.filtering, NAT64_FILTER_ADDRESS_DEPENDENT as u8);
         assert_eq!(value.lifetimes, conntrack::nat64_lifetimes(stateful));
         assert_eq!(value.lifetimes.udp_seconds, 120);
@@ -278,7 +279,7 @@ mod tests {
             "[nat46]\nsource_prefix = \"2001:db8:46::/96\"\n\
              [[nat46.gateway]]\nfrontend = \"198.51.100.80:80\"\nbackends = [{ address = \"[2001:db8::a]:80\" }]\n",
         );
-        let value = nat64_config(&c.nat64, c.nat46.as_ref(), 0);
+        let value = nat64_config(&c.nat64, c.nat46.as_ref(), None);
         assert_eq!(value.nat46_on, 1);
         assert_eq!(value.nat46_prefix, [0x20, 0x01, 0x0d, 0xb8, 0, 0x46, 0, 0, 0, 0, 0, 0]);
     }

@@ -86,9 +86,9 @@ impl Xlat {
     }
 
     /// RFC 7915 4.1 by the kernel: DF-clear packets too big for IPv6 leave
-    /// to be fragmented with this mark.
-    pub fn set_fragment_mark(&mut self, mark: u32) {
-        self.update_config(|c| c.fragment_mark = mark);
+    /// to be fragmented readdressed to `via`.
+    pub fn set_fragment_addr(&mut self, via: Ipv4Addr) {
+        self.update_config(|c| c.fragment_addr = u32::from_ne_bytes(via.octets()));
     }
 
     fn update_config(&mut self, change: impl FnOnce(&mut Nat64Config)) {

@@ -133,12 +133,15 @@ struct v6n_nat64_config {
 	__u8 nat46_on;
 	__u8 pad2[3];
 	/* RFC 7915 4.1: a DF-clear IPv4 packet too big for the IPv6 next hop
-	 * goes to the kernel with this mark, which routes it out of the
-	 * agent's fragmentation link (agent/src/nat/fragmenter.rs) with an MTU
-	 * that leaves room for the headers translation adds; the fragments
-	 * come back in at its peer and are translated one by one. 0: no such
-	 * link, a Fragmentation Needed instead. */
-	__u32 fragment_mark;
+	 * goes to the kernel addressed to this address, its own destination in
+	 * its mark; the main table routes the address out of the agent's
+	 * fragmentation link (agent/src/nat/fragmenter.rs), whose MTU leaves
+	 * room for the headers translation adds, and the fragments come back in
+	 * at its peer, get their destination back and are translated one by
+	 * one. A route, not a policy rule: any rule takes the kernel's IPv4
+	 * lookups off their fast path for good. 0: no such link, a
+	 * Fragmentation Needed instead. */
+	__be32 fragment_addr;
 };
 
 /* RFC 4787 filtering of packets from IPv4 to a binding. */
