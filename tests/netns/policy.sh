@@ -872,7 +872,9 @@ cp "$work/hubble-tls/ca.crt" "$CREDENTIALS_DIRECTORY/v6node.hubble.tls-client-ca
 in_node "$bin" reload --pid "$agent_pid" >>"$work/reload.log" 2>&1
 pass_if "... with the credentials in place (reload): served, no error" \
     eventually relay_status 0 '.relay == "[fd00:9::a]:4244 (mutual TLS)" and .relay_error == null'
-at "$gw_ns" "$top/build/hubble/bin/hubble-relay" serve --peer-service "[fd00:9::a]:4244" \
+# nsenter itself, not the at function: $! must be the relay, not a subshell,
+# or the cleanup's kill would leave the relay running.
+nsenter --net="/run/netns/$gw_ns" "$top/build/hubble/bin/hubble-relay" serve --peer-service "[fd00:9::a]:4244" \
     --listen-address "[::1]:4245" --health-listen-address "[::1]:4222" --disable-server-tls --gops=false \
     --tls-hubble-server-ca-files "$work/hubble-tls/ca.crt" --tls-hubble-client-cert-file "$work/hubble-tls/hubble-relay.crt" \
     --tls-hubble-client-key-file "$work/hubble-tls/hubble-relay.key" >"$work/hubble-relay.log" 2>&1 &
