@@ -307,6 +307,18 @@ fn xdp_runs_the_nat46_gateway_both_ways_as_tc_does() {
     );
     gw.translates_as_tc(&v4_frame(V4_HOST, VIP, 6, &tcp_with(40000, 80, TCP_ACK)), "the last ACK");
     gw.leaves_to_tc(&v4_frame(V4_HOST, VIP, 6, &tcp_with(40000, 80, TCP_SYN)), "a new connection from a closed flow's port");
+
+    // A flow whose backend left the gateway is tc's again, which moves it to
+    // a backend still there; its next packets are XDP's.
+    let ack = v4_frame(V4_HOST, VIP, 6, &tcp_with(40001, 80, TCP_ACK));
+    let old: [u8; 16] = gw.translates_as_tc(&ack, "before the backend leaves")[38..54].try_into().unwrap();
+    let (gone, stays) = if Ipv6Addr::from(old) == BACKENDS[0] { (101, 102) } else { (102, 101) };
+    gw.xlat.set_nat46_frontend(VIP, 80, 6, 1, &[stays]);
+    gw.xlat.remove_nat46_backend(gone);
+    gw.leaves_to_tc(&ack, "a flow whose backend left");
+    assert_eq!(gw.xlat.run(&ack, gw.up).verdict, TC_ACT_REDIRECT, "tc moves the flow");
+    let moved = gw.translates_as_tc(&ack, "after the move");
+    assert_eq!(&moved[38..54], &BACKENDS[(stays - 101) as usize].octets(), "to the backend that stays");
 }
 
 #[test]

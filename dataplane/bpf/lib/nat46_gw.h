@@ -77,6 +77,9 @@ struct {
 /* Returned by v6n_nat46_inbound for a VIP's port that no frontend serves:
  * the packet is the host's (the VIP may be its own address). */
 #define V6N_NAT46_NOT_A_FRONTEND (-1)
+/* Returned by v6n_nat46_inbound_flow, told not to make flows, for a packet
+ * that would make one. */
+#define V6N_NAT46_NEW_FLOW (-2)
 
 static __always_inline int v6n_nat46_is_vip(__be32 addr)
 {
@@ -219,11 +222,14 @@ static __always_inline void v6n_nat46_client_key(struct v6n_nat64_scratch *s)
  * from s->ipv4_addrs[0] to s->ipv4_addrs[1] that s->l4 describes (TCP or
  * UDP). The embedded client becomes *client, the backend *backend and its
  * port s->port_out; s->made says whether this packet made the flow.
- * Returns 0, a drop reason, or V6N_NAT46_NOT_A_FRONTEND. Touches no
- * packet: tc and XDP write the port each their own way.
+ * Returns 0, a drop reason, or V6N_NAT46_NOT_A_FRONTEND; with !may_open
+ * (XDP: tc makes new flows, and reports them), V6N_NAT46_NEW_FLOW for a
+ * packet that would make one, and nothing is changed. Touches no packet:
+ * tc and XDP write the port each their own way.
  */
 static __always_inline int v6n_nat46_inbound_flow(const struct v6n_nat64_config *cfg, struct v6n_nat64_scratch *s,
-						  struct in6_addr *client, struct in6_addr *backend, __u64 now)
+						  struct in6_addr *client, struct in6_addr *backend, __u64 now,
+						  int may_open)
 {
 	__u8 proto = s->l4.proto;
 	int reason;
@@ -239,6 +245,8 @@ static __always_inline int v6n_nat46_inbound_flow(const struct v6n_nat64_config 
 
 	struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
 	if (!out || out->frontend_id != fe->id || !v6n_nat46_backend_stays(out) || v6n_nat46_flow_over(out, &s->l4)) {
+		if (!may_open)
+			return V6N_NAT46_NEW_FLOW;
 		reason = v6n_nat46_open(cfg, s, fe, now);
 		if (reason)
 			return reason;
@@ -322,7 +330,7 @@ static __noinline int v6n_nat46_inbound(struct __sk_buff *skb, __u32 l4, struct 
 	reason = v6n_nat64_read_l4(skb, proto, l4 >> 8, 1, &s->l4, s->l4_header);
 	if (reason)
 		return reason;
-	reason = v6n_nat46_inbound_flow(cfg, s, client, backend, now);
+	reason = v6n_nat46_inbound_flow(cfg, s, client, backend, now, 1);
 	if (reason)
 		return reason;
 	if (s->made)

@@ -72,17 +72,6 @@ static __always_inline int v6n_xlat_xdp_leaves_here4(struct xdp_md *ctx, struct 
 	return v6n_xlat_xdp_next_hop(ctx, fib);
 }
 
-/* The NAT46 gateway's flow for the packet s describes (s->ipv4_addrs,
- * s->l4) exists already and is not over. Whether a new flow's packets can
- * leave by this uplink is known only once its backend is chosen, so tc
- * makes new flows, and reports them. */
-static __always_inline int v6n_xlat_xdp_nat46_known(struct v6n_nat64_scratch *s)
-{
-	v6n_nat46_client_key(s);
-	const struct v6n_ct_value *out = bpf_map_lookup_elem(&v6n_nat46_state, &s->client_key);
-	return out && !v6n_nat46_flow_over(out, &s->l4);
-}
-
 /* bpf_l4_csum_replace of a 2-byte field (the kernel's csum_replace4 on the
  * zero-extended values), BPF_F_MARK_MANGLED_0 for UDP. */
 static __always_inline void v6n_xlat_xdp_csum_replace2(__u16 *sum, __be16 from, __be16 to, int udp)
@@ -308,11 +297,12 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 		if (vip && (protocol == IPPROTO_ICMP || !cfg->nat46_on))
 			return V6N_XDP_TO_TC; /* the host answers echoes to a VIP */
 		v6n_nat64_parse_l4(protocol, l4_offset, 1, &s->l4, s->l4_header);
-		if (vip && !v6n_xlat_xdp_nat46_known(s))
-			return V6N_XDP_TO_TC;
 		/* What the state refuses, tc refuses and counts: whether this
-		 * packet would have left by the uplink is not known. */
-		if (vip ? v6n_nat46_inbound_flow(cfg, s, &saddr, &daddr, now) : v6n_nat64_inbound_binding(cfg, s, &daddr, now))
+		 * packet would have left by the uplink is not known. A new
+		 * gateway flow is tc's too: whether its packets can leave by
+		 * this uplink is known only once its backend is chosen, and tc
+		 * reports new flows. */
+		if (vip ? v6n_nat46_inbound_flow(cfg, s, &saddr, &daddr, now, 0) : v6n_nat64_inbound_binding(cfg, s, &daddr, now))
 			return V6N_XDP_TO_TC;
 		port_at = s->l4.port_offset - l4_offset + 1;
 	}
@@ -364,8 +354,6 @@ static __noinline v6n_outcome v6n_xlat_xdp_4to6(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	eth->h_proto = bpf_htons(ETH_P_IPV6);
 	__builtin_memcpy(data + V6N_ETH_HLEN, &ip6, sizeof(ip6));
-	if (vip && s->made)
-		v6n_nat46_note(s);
 	return V6N_OUTCOME(v6n_xdp_send(ctx, fib.ifindex), V6N_REASON_XLAT_FORWARDED);
 }
 
