@@ -55,6 +55,14 @@ struct v6n_flow {
 #define V6N_TCP_RST 0x04
 #define V6N_TCP_ACK 0x10
 
+/* A TCP segment that opens a connection (`flags`, the header's flag byte):
+ * SYN without ACK. A new connection may reuse the ports of one that
+ * closed, so each table treats it as its own. */
+static __always_inline int v6n_tcp_opens(__u8 flags)
+{
+	return (flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN;
+}
+
 /*
  * Reads the flow of an IPv6 packet whose transport header (TCP, UDP, SCTP)
  * follows the IPv6 header directly, or a BIG TCP packet's jumbo option,

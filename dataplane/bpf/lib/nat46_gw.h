@@ -144,7 +144,7 @@ static __always_inline int v6n_nat46_backend_stays(const struct v6n_ct_value *ou
  */
 static __always_inline int v6n_nat46_flow_over(const struct v6n_ct_value *out, const struct v6n_nat64_l4 *l4)
 {
-	return l4->proto == IPPROTO_TCP && (l4->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN &&
+	return l4->proto == IPPROTO_TCP && v6n_tcp_opens(l4->tcp_flags) &&
 	       (out->flags & (V6N_CT_CLOSING | V6N_CT_FIN_OUT | V6N_CT_FIN_IN | V6N_CT_RESET));
 }
 

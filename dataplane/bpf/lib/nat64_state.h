@@ -174,7 +174,7 @@ static __always_inline void v6n_nat64_touch(struct v6n_ct_value *binding, const 
 	__u8 flags = binding->flags;
 
 	if (l4->proto == IPPROTO_TCP) {
-		if ((l4->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN && !inbound)
+		if (v6n_tcp_opens(l4->tcp_flags) && !inbound)
 			flags &= ~(V6N_CT_ESTABLISHED | V6N_CT_CLOSING | V6N_CT_FIN_OUT | V6N_CT_FIN_IN | V6N_CT_RESET);
 		if (inbound)
 			flags |= V6N_CT_ESTABLISHED;

@@ -205,8 +205,7 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 	};
 	__u32 grown = skb->len - V6N_L3_OFFSET + sizeof(opt);
 
-	if (flow->key.proto == IPPROTO_TCP ? (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) != V6N_TCP_SYN
-					   : grown > V6N_IPV6_MIN_MTU)
+	if (flow->key.proto == IPPROTO_TCP ? !v6n_tcp_opens(flow->tcp_flags) : grown > V6N_IPV6_MIN_MTU)
 		return 0;
 	/* A jumbogram's hop-by-hop header comes first: such packets go bare. */
 	if (flow->l4_offset != V6N_L4_OFFSET)

@@ -122,7 +122,7 @@ static __always_inline int v6n_own_socket(struct v6n_ctx *ctx, const struct v6n_
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
 
-	if (flow->key.proto == IPPROTO_TCP && (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN)
+	if (flow->key.proto == IPPROTO_TCP && v6n_tcp_opens(flow->tcp_flags))
 		return 0;
 	/* BPF has no lookup of SCTP sockets. */
 	if (flow->key.proto == IPPROTO_SCTP)

@@ -143,8 +143,7 @@ static __always_inline int v6n_xdp_dsr_push(struct xdp_md *ctx, const struct v6n
 		struct ipv6hdr ip6;
 	} __attribute__((packed)) head;
 
-	if (flow->key.proto == IPPROTO_TCP ? (flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) != V6N_TCP_SYN
-					   : grown > V6N_IPV6_MIN_MTU)
+	if (flow->key.proto == IPPROTO_TCP ? !v6n_tcp_opens(flow->tcp_flags) : grown > V6N_IPV6_MIN_MTU)
 		return 0;
 	__builtin_memcpy(opt.addr, flow->key.daddr, 16);
 	if (bpf_xdp_load_bytes(ctx, 0, &head, sizeof(head)) < 0 || bpf_xdp_adjust_head(ctx, -(int)sizeof(opt)) < 0)

@@ -249,7 +249,7 @@ static __always_inline int v6n_policy_known(const struct v6n_policy_flow *flow, 
 		return 0;
 	/* A SYN on a tuple whose connection has closed is a new connection
 	 * reusing the ports: judged afresh, and a new flow. */
-	if ((flow->tcp_flags & (V6N_TCP_SYN | V6N_TCP_ACK)) == V6N_TCP_SYN && (entry->flags & V6N_CT_CLOSING))
+	if (v6n_tcp_opens(flow->tcp_flags) && (entry->flags & V6N_CT_CLOSING))
 		return 0;
 	if (flow->tcp_flags & (V6N_TCP_FIN | V6N_TCP_RST))
 		entry->flags |= V6N_CT_CLOSING;
