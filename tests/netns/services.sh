@@ -645,10 +645,73 @@ print(s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU), refused)
 learned() { [[ "$(cat "$work/too-big.log")" == "1460 EMSGSIZE" ]] && (($(service_count ingress too_big) > too_big_before)); }
 pass_if "dsr-ip6ip6: a 1461-byte datagram to NodePort 30096 is answered with a Packet Too Big (counted too_big): the client's socket learns MTU 1460 and refuses to send 1461 again ($(cat "$work/too-big.log"))" \
     learned
-rm "$root/etc/v6node/dataplane.d/50-ip6ip6.toml"
+# A GSO UDP packet, many datagrams in one (a sender's UDP_SEGMENT here; a
+# node gets such packets from its uplink's GRO with rx-udp-gro-forwarding
+# on), goes inside the outer header whole at tc, and leaves as one packet
+# per datagram, each 40 bytes longer. A veth passes a GSO packet on as one
+# only to a peer without XDP, so eth0 runs tc for this check, and the
+# client has a port of its own on the wire (the wire's checksums are made
+# in software, and a socket cannot segment there). node-b runs no agent to
+# take the outer header off: its eth0 shows what arrives.
+printf '[attach]\nxdp = "tc"\n' >"$root/etc/v6node/dataplane.d/50-tc.toml"
+kill -HUP "$agent_pid"
+eth0_on_xdp() { ip -n "$node" link show eth0 | grep -q 'prog/xdp'; }
+eth0_on_tc() { ! eth0_on_xdp; }
+retry 20 eth0_on_tc
+gso_client=$id-gso
+ip netns add "$gso_client"
+cleanup_netns+=("$gso_client")
+veth "$gw_ns gsoport" "$gso_client eth0 fd00:9::c/64"
+ip -n "$gw_ns" link set gsoport master wire
+# node-a finishes the datagrams' checksums itself (tx off), so node-b's
+# eth0 shows whole ones rather than a veth's partial sums.
+ip netns exec "$node" ethtool -K eth0 tx off >/dev/null
+ip netns exec "$far" python3 -c '
+import socket, struct
+def csum(data):
+    data += b"\0" * (len(data) % 2)
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total >> 16:
+        total = (total & 0xffff) + (total >> 16)
+    return total
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
+s.bind(("eth0", 0))
+s.settimeout(3)
+seen = []
+try:
+    while True:
+        frame = s.recv(65535)
+        outer, inner = frame[14:54], frame[54:94]
+        l4, proto = 94, inner[6]
+        if proto == 60:  # the frontend'"'"'s header (Destination Options)
+            l4, proto = l4 + (frame[95] + 1) * 8, frame[94]
+        udp = frame[l4:]
+        if outer[6] != 41 or proto != 17 or udp[2:4] != b"\x14\xe9":  # IPv6 in IPv6, UDP to 5353
+            continue
+        whole = csum(inner[8:40] + struct.pack("!IxxxB", len(udp), 17) + udp) == 0xffff
+        seen.append("%d%s%s" % (len(frame) - 14, "+option" if l4 > 94 else "", "" if whole else " (bad UDP checksum)"))
+except socket.timeout:
+    pass
+print(len(seen), " ".join(sorted(set(seen))))
+' >"$work/gso-wire.log" 2>&1 &
+sniffer=$!
+sleep 0.5
+ip netns exec "$gso_client" python3 -c '
+import socket
+UDP_SEGMENT = 103  # linux/udp.h
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, 200)
+s.sendto(b"d" * 600, ("fd00:9::a", 30096))  # one send: three datagrams of 200 bytes
+'
+wait "$sniffer"
+each_datagram() { [[ "$(cat "$work/gso-wire.log")" == "3 312+option" ]]; }
+pass_if "dsr-ip6ip6 at tc: one GSO send of 3 UDP datagrams to NodePort 30096 reaches node-b as 3 packets in IPv6 with the frontend's header, 312 bytes each (40 + 40 + 24 + 8 + 200), checksums whole ($(cat "$work/gso-wire.log"))" \
+    each_datagram
+rm "$root/etc/v6node/dataplane.d/50-tc.toml" "$root/etc/v6node/dataplane.d/50-ip6ip6.toml"
 kill -HUP "$agent_pid"
 in_masquerade() { jq_status '.services.remote_backends' | grep -q '^masquerade'; }
 retry 20 in_masquerade
+retry 20 eth0_on_xdp
 from_outside ip -6 route flush cache
 kc delete service far >/dev/null
 kc delete endpointslice far-1 >/dev/null

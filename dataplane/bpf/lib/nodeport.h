@@ -186,6 +186,28 @@ static __always_inline int v6n_set_length_and_next(struct __sk_buff *skb, __u16 
 }
 
 /*
+ * bpf_skb_adjust_room's `flags` for a header added to or taken from a
+ * packet whose transport is `l4_proto`. A GSO TCP packet (the uplink's GRO
+ * made it of a client's segments) has its segments cut by the difference,
+ * so that each still fits; a GSO UDP packet's segment size is where its
+ * datagrams end, so it must stay as it is (the kernel refuses to resize
+ * such a packet otherwise), and each datagram gains the header.
+ */
+static __always_inline __u64 v6n_room_flags(const struct __sk_buff *skb, __u8 l4_proto, __u64 flags)
+{
+	return skb->gso_size && l4_proto == IPPROTO_UDP ? flags | BPF_F_ADJ_ROOM_FIXED_GSO : flags;
+}
+
+/* The length of the packet's largest datagram once grown by `added`: a GSO
+ * UDP packet's datagrams are sent one by one. */
+static __always_inline __u32 v6n_grown_datagram(const struct __sk_buff *skb, __u8 l4_proto, __u32 added)
+{
+	if (skb->gso_size && l4_proto == IPPROTO_UDP)
+		return sizeof(struct ipv6hdr) + sizeof(struct udphdr) + skb->gso_size + added;
+	return skb->len - V6N_L3_OFFSET + added;
+}
+
+/*
  * Direct server return, the receiving node's half: the packet of a
  * connection whose backend is on another node (rewritten for the backend,
  * the client's address kept) gets the header naming its frontend. Every TCP
@@ -203,7 +225,7 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 		.opt_len = sizeof(opt) - 4,
 		.port = flow->key.dport,
 	};
-	__u32 grown = skb->len - V6N_L3_OFFSET + sizeof(opt);
+	__u32 grown = v6n_grown_datagram(skb, flow->key.proto, sizeof(opt));
 
 	if (flow->key.proto == IPPROTO_TCP ? !v6n_tcp_opens(flow->tcp_flags) : grown > V6N_IPV6_MIN_MTU)
 		return 0;
@@ -216,7 +238,7 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
 	__be16 payload_len;
 	if (bpf_skb_load_bytes(skb, V6N_L3_OFFSET + __builtin_offsetof(struct ipv6hdr, payload_len), &payload_len,
 			       sizeof(payload_len)) < 0 ||
-	    bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, 0) < 0 ||
+	    bpf_skb_adjust_room(skb, sizeof(opt), BPF_ADJ_ROOM_NET, v6n_room_flags(skb, flow->key.proto, 0)) < 0 ||
 	    bpf_skb_store_bytes(skb, V6N_L4_OFFSET, &opt, sizeof(opt), BPF_F_RECOMPUTE_CSUM) < 0 ||
 	    v6n_set_length_and_next(skb, bpf_ntohs(payload_len) + sizeof(opt), IPPROTO_DSTOPTS) < 0)
 		return -1;
@@ -232,7 +254,7 @@ static __noinline int v6n_dsr_push(struct __sk_buff *skb, const struct v6n_flow 
  * header to the backend (v6n_ip6ip6_outer). Returns 0, or -1 when the
  * packet could not be grown.
  */
-static __noinline int v6n_ip6ip6_push(struct __sk_buff *skb)
+static __noinline int v6n_ip6ip6_push(struct __sk_buff *skb, __u8 l4_proto)
 {
 	__u32 zero = 0;
 	struct v6n_lb_config *cfg = bpf_map_lookup_elem(&v6n_lb_cfg, &zero);
@@ -241,7 +263,8 @@ static __noinline int v6n_ip6ip6_push(struct __sk_buff *skb)
 	if (!cfg || bpf_skb_load_bytes(skb, V6N_L3_OFFSET, &inner, sizeof(inner)) < 0)
 		return -1;
 	v6n_ip6ip6_outer(&outer, &inner, cfg->masquerade_addr);
-	if (bpf_skb_adjust_room(skb, sizeof(outer), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6) < 0 ||
+	if (bpf_skb_adjust_room(skb, sizeof(outer), BPF_ADJ_ROOM_MAC,
+				v6n_room_flags(skb, l4_proto, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6)) < 0 ||
 	    bpf_skb_store_bytes(skb, V6N_L3_OFFSET, &outer, sizeof(outer), 0) < 0)
 		return -1;
 	return 0;
@@ -252,18 +275,18 @@ static __noinline int v6n_ip6ip6_push(struct __sk_buff *skb)
  * whether the packet, so grown, still fits the route to the backend
  * `daddr`. Returns 0 when it does, or when the route is not known (routing
  * decides later), else the MTU a Packet Too Big gives the client: the
- * route's less the outer header, never under IPv6's minimum. A GSO packet
- * (the uplink's GRO made it of the client's segments) always fits:
- * bpf_skb_adjust_room cuts its segments by what it adds.
+ * route's less the outer header, never under IPv6's minimum. A GSO TCP
+ * packet always fits: bpf_skb_adjust_room cuts its segments by what it
+ * adds. A GSO UDP packet's datagrams each grow by it (v6n_room_flags).
  */
-static __noinline __u32 v6n_ip6ip6_too_big(struct __sk_buff *skb, const __u8 *daddr)
+static __noinline __u32 v6n_ip6ip6_too_big(struct __sk_buff *skb, const __u8 *daddr, __u8 l4_proto)
 {
 	struct bpf_fib_lookup fib = { .family = AF_INET6, .ifindex = skb->ingress_ifindex };
 
-	if (skb->gso_size)
+	if (skb->gso_size && l4_proto != IPPROTO_UDP)
 		return 0;
 	__builtin_memcpy(fib.ipv6_dst, daddr, 16);
-	fib.tot_len = skb->len - V6N_L3_OFFSET + sizeof(struct ipv6hdr);
+	fib.tot_len = v6n_grown_datagram(skb, l4_proto, sizeof(struct ipv6hdr));
 	if (bpf_fib_lookup(skb, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return 0;
 	if (fib.mtu_result < V6N_IPV6_MIN_MTU + sizeof(struct ipv6hdr))
@@ -290,7 +313,12 @@ static __noinline enum v6n_reason v6n_ip6ip6_accept(struct __sk_buff *skb)
 	    h.inner.version != 6 || !v6n_same_addr(h.inner.daddr.s6_addr, h.outer.daddr.s6_addr) ||
 	    !(v6n_endpoint(&h.outer.daddr) || v6n_is_local(skb, h.outer.daddr.s6_addr)))
 		return V6N_REASON_PASS;
-	if (bpf_skb_adjust_room(skb, -(__s32)sizeof(h.outer), BPF_ADJ_ROOM_MAC, V6N_ADJ_ROOM_DECAP_L3_IPV6) < 0)
+	/* The transport, after the frontend's header if it has one. */
+	__u8 l4_proto = h.inner.nexthdr;
+	if (l4_proto == IPPROTO_DSTOPTS && bpf_skb_load_bytes(skb, V6N_L3_OFFSET + sizeof(h), &l4_proto, 1) < 0)
+		return V6N_REASON_DROP_MALFORMED;
+	if (bpf_skb_adjust_room(skb, -(__s32)sizeof(h.outer), BPF_ADJ_ROOM_MAC,
+				v6n_room_flags(skb, l4_proto, V6N_ADJ_ROOM_DECAP_L3_IPV6)) < 0)
 		return V6N_REASON_DROP_MALFORMED;
 	return V6N_REASON_LB_TRACKED;
 }
@@ -354,7 +382,8 @@ static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 		return V6N_REASON_DROP_DSR_REFUSED;
 
 	if (v6n_set_length_and_next(skb, bpf_ntohs(ip6->payload_len) - sizeof(*opt), proto) < 0 ||
-	    bpf_skb_adjust_room(skb, -(__s32)sizeof(struct v6n_dsr_header), BPF_ADJ_ROOM_NET, 0) < 0)
+	    bpf_skb_adjust_room(skb, -(__s32)sizeof(struct v6n_dsr_header), BPF_ADJ_ROOM_NET,
+				v6n_room_flags(skb, proto, 0)) < 0)
 		return V6N_REASON_DROP_MALFORMED;
 	return V6N_REASON_LB_TRACKED;
 }
@@ -420,7 +449,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 	if (out.flags & V6N_CT_DSR_IP6IP6) {
 		/* Too big with the outer header: the client learns what fits
 		 * (RFC 8201), about the packet it sent. */
-		__u32 mtu = v6n_ip6ip6_too_big(skb, out.daddr);
+		__u32 mtu = v6n_ip6ip6_too_big(skb, out.daddr, flow.key.proto);
 
 		if (mtu) {
 			*action = v6n_icmp6_error(skb, ICMPV6_PKT_TOOBIG, 0, mtu);
@@ -428,7 +457,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 		}
 	}
 	if (v6n_service_rewrite(skb, &flow, &out) < 0 || ((out.flags & V6N_CT_DSR) && v6n_dsr_push(skb, &flow) < 0) ||
-	    ((out.flags & V6N_CT_DSR_IP6IP6) && v6n_ip6ip6_push(skb) < 0)) {
+	    ((out.flags & V6N_CT_DSR_IP6IP6) && v6n_ip6ip6_push(skb, flow.key.proto) < 0)) {
 		*action = TC_ACT_SHOT;
 		return V6N_REASON_DROP_MALFORMED;
 	}
