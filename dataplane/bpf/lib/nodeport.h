@@ -193,16 +193,21 @@ static __always_inline int v6n_set_length_and_next(struct __sk_buff *skb, __u16 
  * datagrams end, so it must stay as it is (the kernel refuses to resize
  * such a packet otherwise), and each datagram gains the header.
  */
+static __always_inline int v6n_gso_udp(const struct __sk_buff *skb, __u8 l4_proto)
+{
+	return skb->gso_size && l4_proto == IPPROTO_UDP;
+}
+
 static __always_inline __u64 v6n_room_flags(const struct __sk_buff *skb, __u8 l4_proto, __u64 flags)
 {
-	return skb->gso_size && l4_proto == IPPROTO_UDP ? flags | BPF_F_ADJ_ROOM_FIXED_GSO : flags;
+	return v6n_gso_udp(skb, l4_proto) ? flags | BPF_F_ADJ_ROOM_FIXED_GSO : flags;
 }
 
 /* The length of the packet's largest datagram once grown by `added`: a GSO
  * UDP packet's datagrams are sent one by one. */
 static __always_inline __u32 v6n_grown_datagram(const struct __sk_buff *skb, __u8 l4_proto, __u32 added)
 {
-	if (skb->gso_size && l4_proto == IPPROTO_UDP)
+	if (v6n_gso_udp(skb, l4_proto))
 		return sizeof(struct ipv6hdr) + sizeof(struct udphdr) + skb->gso_size + added;
 	return skb->len - V6N_L3_OFFSET + added;
 }
@@ -313,9 +318,11 @@ static __noinline enum v6n_reason v6n_ip6ip6_accept(struct __sk_buff *skb)
 	    h.inner.version != 6 || !v6n_same_addr(h.inner.daddr.s6_addr, h.outer.daddr.s6_addr) ||
 	    !(v6n_endpoint(&h.outer.daddr) || v6n_is_local(skb, h.outer.daddr.s6_addr)))
 		return V6N_REASON_PASS;
-	/* The transport, after the frontend's header if it has one. */
+	/* The transport, after the frontend's header if it has one: asked of
+	 * GSO packets only, the one case where it matters. */
 	__u8 l4_proto = h.inner.nexthdr;
-	if (l4_proto == IPPROTO_DSTOPTS && bpf_skb_load_bytes(skb, V6N_L3_OFFSET + sizeof(h), &l4_proto, 1) < 0)
+	if (skb->gso_size && l4_proto == IPPROTO_DSTOPTS &&
+	    bpf_skb_load_bytes(skb, V6N_L3_OFFSET + sizeof(h), &l4_proto, 1) < 0)
 		return V6N_REASON_DROP_MALFORMED;
 	if (bpf_skb_adjust_room(skb, -(__s32)sizeof(h.outer), BPF_ADJ_ROOM_MAC,
 				v6n_room_flags(skb, l4_proto, V6N_ADJ_ROOM_DECAP_L3_IPV6)) < 0)

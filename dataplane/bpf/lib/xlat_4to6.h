@@ -236,6 +236,16 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
 	return 0;
 }
 
+/* The IPv4 destination of the packet in hand from `from` to `to`, its
+ * header checksum with it. The transport checksum is left as it is. */
+static __always_inline int v6n_ip4_set_daddr(struct __sk_buff *skb, __be32 from, __be32 to)
+{
+	if (bpf_skb_store_bytes(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, daddr), &to, 4, 0) < 0 ||
+	    bpf_l3_csum_replace(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, check), from, to, 4) < 0)
+		return -1;
+	return 0;
+}
+
 /*
  * RFC 7915 4.1: a DF-clear packet too big for the IPv6 next hop is
  * fragmented, not refused. A BPF program sends one packet, so the kernel
@@ -243,53 +253,40 @@ __noinline int v6n_has_source_route(struct __sk_buff *skb, __u32 len)
  * out of the agent's fragmentation link (agent/src/nat/fragmenter.rs), its
  * own destination kept in its mark (copied to each fragment, and kept
  * across the veth), the packet's fragments are translated one by one as
- * they come back in. Returns 1 when the packet is sent so. Not the
- * stateful paths' packets: their ports are rewritten already and their
- * fragments are refused. The header checksum follows the address; the
- * transport checksum is left as it is, right again when the address comes
- * back.
+ * they come back in (v6n_fragment_back). Returns 1 when the packet is sent
+ * so, 0 when it is not to be (no link; the stateful paths' packets, whose
+ * ports are rewritten already and whose fragments are refused), -1 when
+ * it could not be written. The transport checksum is right again once the
+ * destination is back.
  */
-static __noinline int v6n_fragment_by_kernel(struct __sk_buff *skb, __be32 daddr)
+static __noinline int v6n_fragment_by_kernel(struct __sk_buff *skb, const struct v6n_nat64_config *cfg, __be32 daddr)
 {
-	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	__be32 via = cfg ? cfg->fragment_addr : 0;
-
-	if (!via)
+	if (!cfg->fragment_addr || v6n_nat46_is_vip(daddr) || v6n_nat64_is_pool(daddr))
 		return 0;
-	if (v6n_nat46_is_vip(daddr) || v6n_nat64_is_pool(daddr))
-		return 0;
-	if (bpf_l3_csum_replace(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, check), daddr, via, 4) < 0 ||
-	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, daddr), &via, 4, 0) < 0)
-		return 0;
+	if (v6n_ip4_set_daddr(skb, daddr, cfg->fragment_addr) < 0)
+		return -1;
 	skb->mark = bpf_ntohl(daddr);
 	return 1;
 }
 
 /*
- * A fragment back from the fragmentation link (v6n_fragment_by_kernel):
- * its destination back from its mark, and *ip read again. Returns
- * 1 for such a fragment, 0 for any other packet, and a drop reason for a
- * packet to the fragmentation address that did not come that way (no
- * destination kept: translating it could only guess, and letting it on
- * would send it round the link until its TTL ran out).
+ * A packet to the fragmentation address (cfg->fragment_addr): a fragment
+ * back from the fragmentation link gets its destination back from its
+ * mark, and *ip is read again. Returns 0, or a drop reason: for a packet
+ * that did not come that way (no destination kept: translating it could
+ * only guess, and letting it on would send it round the link until its
+ * TTL ran out), or one that could not be written.
  */
 static __noinline int v6n_fragment_back(struct __sk_buff *skb, struct iphdr *ip)
 {
-	const struct v6n_nat64_config *cfg = v6n_nat64_config();
-	__be32 daddr;
+	__be32 daddr = bpf_htonl(skb->mark);
 
-	if (!cfg || !cfg->fragment_addr || ip->daddr != cfg->fragment_addr)
-		return 0;
-	if (!skb->mark)
-		return -V6N_REASON_DROP_UNTRANSLATABLE;
-	daddr = bpf_htonl(skb->mark);
-	if (bpf_l3_csum_replace(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, check), ip->daddr, daddr, 4) < 0 ||
-	    bpf_skb_store_bytes(skb, V6N_ETH_HLEN + __builtin_offsetof(struct iphdr, daddr), &daddr, 4, 0) < 0)
-		return -V6N_REASON_DROP_MALFORMED;
+	if (!daddr)
+		return V6N_REASON_DROP_UNTRANSLATABLE;
+	if (v6n_ip4_set_daddr(skb, ip->daddr, daddr) < 0 || bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip, sizeof(*ip)) < 0)
+		return V6N_REASON_DROP_MALFORMED;
 	skb->mark = 0;
-	if (bpf_skb_load_bytes(skb, V6N_ETH_HLEN, ip, sizeof(*ip)) < 0)
-		return -V6N_REASON_DROP_MALFORMED;
-	return 1;
+	return 0;
 }
 
 static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
@@ -305,9 +302,13 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 		return V6N_NOT_OURS;
 	if (h.ip.version != 4)
 		return V6N_NOT_OURS;
-	int back = v6n_fragment_back(skb, &h.ip);
-	if (back < 0)
-		return V6N_DROP(-back);
+	/* Checked here, not in the call: every IPv4 packet asks. */
+	int back = cfg && cfg->fragment_addr && h.ip.daddr == cfg->fragment_addr;
+	if (back) {
+		int reason = v6n_fragment_back(skb, &h.ip);
+		if (reason)
+			return V6N_DROP(reason);
+	}
 	/* Looked up once: every IPv4 packet the translator sees asks. */
 	int vip = v6n_nat46_is_vip(h.ip.daddr);
 	if (!vip && !v6n_nat64_is_pool(h.ip.daddr) && v6n_map_4to6_dst(cfg, h.ip.daddr, &daddr) < 0)
@@ -435,9 +436,14 @@ static __noinline v6n_outcome v6n_4to6(struct __sk_buff *skb)
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* ICMP is translated whole (ICMPv6 sums a pseudo-header), and so
 		 * is UDP without a checksum: neither may be cut up. */
-		if (!(h.ip.frag_off & bpf_htons(V6N_IP4_DF)) && protocol != IPPROTO_ICMPV6 && !udp_no_csum &&
-		    !back && v6n_fragment_by_kernel(skb, h.ip.daddr))
-			return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_FRAGMENT);
+		if (cfg && !(h.ip.frag_off & bpf_htons(V6N_IP4_DF)) && protocol != IPPROTO_ICMPV6 && !udp_no_csum &&
+		    !back) {
+			int sent = v6n_fragment_by_kernel(skb, cfg, h.ip.daddr);
+			if (sent < 0)
+				return V6N_DROP(V6N_REASON_DROP_MALFORMED);
+			if (sent)
+				return V6N_OUTCOME(TC_ACT_OK, V6N_REASON_XLAT_TO_FRAGMENT);
+		}
 		__u32 mtu = fib.mtu_result - (V6N_IP6_HLEN - V6N_IP4_HLEN) - frag_len;
 		return V6N_OUTCOME(V6N_ACT_TOO_BIG, V6N_REASON_DROP_TOO_BIG) | ((mtu & 0xffff) << 16);
 	}
