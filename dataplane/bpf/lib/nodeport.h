@@ -404,7 +404,7 @@ static __noinline enum v6n_reason v6n_dsr_accept(struct __sk_buff *skb)
 static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *skb, int *action)
 {
 	struct v6n_flow flow = {};
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = 0;
 
 	enum v6n_reason dsr = v6n_ip6ip6_accept(skb);
 	if (dsr == V6N_REASON_PASS || dsr == V6N_REASON_LB_TRACKED)
@@ -422,7 +422,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 		*action = v6n_tc_action(delivered);
 		return v6n_delivered_reason(delivered, V6N_REASON_LB_TRACKED);
 	}
-	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
+	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, &now);
 	if (entry && !(entry->flags & V6N_CT_REPLY)) {
 		/* A backend that left ends its connections: they start over. */
 		struct v6n_l4_addr *backend = bpf_map_lookup_elem(&v6n_backends, &entry->backend_id);
@@ -434,7 +434,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 	enum v6n_reason reason = V6N_REASON_LB_TRACKED;
 	struct v6n_ct_value out;
 	if (entry) {
-		v6n_ct_touch(entry, &flow, now);
+		v6n_ct_touch(entry, &flow, v6n_now(&now));
 		__builtin_memcpy(&out, entry, sizeof(out));
 	} else {
 		struct v6n_nodeport_pick pick;
@@ -447,7 +447,7 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 		}
 		int remote = pick.backend && !v6n_endpoint((const struct in6_addr *)pick.backend->addr) &&
 			     !v6n_is_local(skb, pick.backend->addr);
-		reason = v6n_nodeport_new(&flow, &pick, remote, &out, now);
+		reason = v6n_nodeport_new(&flow, &pick, remote, &out, v6n_now(&now));
 		if (reason != V6N_REASON_LB_TRANSLATED) {
 			*action = reason == V6N_REASON_DROP_NO_BACKEND ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 			return reason;
@@ -483,11 +483,13 @@ static __always_inline enum v6n_reason v6n_nodeport_ingress(struct __sk_buff *sk
 static __always_inline int v6n_nodeport_reply(struct __sk_buff *skb)
 {
 	struct v6n_flow flow = {};
+	/* Read up front, not on first use: reading it lazily here makes clang
+	 * spill skb->data as 32 bits, which the verifier refuses. */
 	__u64 now = bpf_ktime_get_ns();
 
 	if (v6n_flow_of(skb, &flow) < 0)
 		return v6n_nodeport_icmp_error(skb);
-	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
+	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, &now);
 	if (!entry || !(entry->flags & V6N_CT_REPLY))
 		return 0;
 	v6n_ct_touch(entry, &flow, now);
@@ -531,7 +533,7 @@ static __noinline enum v6n_reason v6n_service_sctp(struct __sk_buff *skb, int fr
 	if (v6n_flow_of(skb, &flow) < 0)
 		return V6N_REASON_DROP_MALFORMED;
 	struct v6n_ct_value out;
-	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, now);
+	struct v6n_ct_value *entry = v6n_ct_lookup(&flow, &now);
 	if (entry && !(entry->flags & V6N_CT_REPLY)) {
 		/* A backend that left ends its associations: they start over. */
 		struct v6n_l4_addr *backend = bpf_map_lookup_elem(&v6n_backends, &entry->backend_id);

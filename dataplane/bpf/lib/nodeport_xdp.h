@@ -203,13 +203,13 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 {
 	struct bpf_fib_lookup fib;
 	struct v6n_ct_value out;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = 0;
 	enum v6n_reason reason = V6N_REASON_LB_TRACKED;
 
 	/* SCTP's checksum is a CRC over the whole packet: tc rewrites it. */
 	if (flow->key.proto == IPPROTO_SCTP)
 		return V6N_REASON_PASS;
-	struct v6n_ct_value *entry = v6n_ct_lookup(flow, now);
+	struct v6n_ct_value *entry = v6n_ct_lookup(flow, &now);
 	if (entry) {
 		if (!(entry->flags & V6N_CT_REPLY)) {
 			/* A pod here: tc delivers it, and looks the entry up itself. */
@@ -223,7 +223,7 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 		__builtin_memcpy(&out, entry, sizeof(out));
 		if (v6n_xdp_next_hop(ctx, flow, &out, &fib) < 0)
 			return V6N_REASON_PASS;
-		v6n_ct_touch(entry, flow, now);
+		v6n_ct_touch(entry, flow, v6n_now(&now));
 	} else {
 		struct v6n_nodeport_pick pick;
 
@@ -243,7 +243,7 @@ static __always_inline enum v6n_reason v6n_nodeport_xdp(struct xdp_md *ctx, cons
 		out.flags = v6n_lb_remote_flags(v6n_lb_config()) & V6N_CT_DSR_IP6IP6;
 		if (v6n_endpoint((const struct in6_addr *)pick.backend->addr) || v6n_xdp_next_hop(ctx, flow, &out, &fib) < 0)
 			return V6N_REASON_PASS;
-		reason = v6n_nodeport_new(flow, &pick, 1, &out, now);
+		reason = v6n_nodeport_new(flow, &pick, 1, &out, v6n_now(&now));
 		if (reason != V6N_REASON_LB_TRANSLATED) {
 			*action = XDP_DROP;
 			return reason;
