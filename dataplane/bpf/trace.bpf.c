@@ -20,6 +20,8 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+/* A tracing program: events.h reads the clock tracing may read. */
+#define V6N_CTX_TRACING
 #include "lib/events.h"
 #include "lib/maps.h"
 

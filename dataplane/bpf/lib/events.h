@@ -186,6 +186,21 @@ static __always_inline void v6n_event_read_packet(struct v6n_ctx *ctx, struct v6
 	}
 }
 
+/* The rate limit's clock. A program dropping a flood asks it for every
+ * frame, and the precise clock (read_tsc) cost XDP about as much as the
+ * rest of the drop; a bucket refilled at most a few thousand times a second
+ * needs no better than the tick. Tracing programs (an entry object that
+ * defines V6N_CTX_TRACING) keep the precise clock: the verifier refuses
+ * them the coarse one. */
+static __always_inline __u64 v6n_event_clock(void)
+{
+#ifdef V6N_CTX_TRACING
+	return bpf_ktime_get_ns();
+#else
+	return bpf_ktime_get_coarse_ns();
+#endif
+}
+
 /*
  * An event of `reason` reserved in the ring, its time and reason set and
  * the rest zero; NULL if `reason`'s rate is used up on this CPU or the
@@ -199,8 +214,7 @@ static __always_inline struct v6n_flow_event *v6n_event_reserve(const struct v6n
 
 	if (!stats || !bucket)
 		return NULL;
-	__u64 now = bpf_ktime_get_ns();
-	if (!v6n_take_token(bucket, config->per_second, config->burst, now)) {
+	if (!v6n_take_token(bucket, config->per_second, config->burst, v6n_event_clock())) {
 		stats->rate_limited++;
 		return NULL;
 	}
@@ -211,7 +225,7 @@ static __always_inline struct v6n_flow_event *v6n_event_reserve(const struct v6n
 	}
 	stats->sent++;
 	__builtin_memset(event, 0, sizeof(*event));
-	event->time_ns = now;
+	event->time_ns = bpf_ktime_get_ns();
 	event->reason = reason;
 	return event;
 }
