@@ -188,8 +188,9 @@ static __always_inline void v6n_event_read_packet(struct v6n_ctx *ctx, struct v6
 
 /* The rate limit's clock. A program dropping a flood asks it for every
  * frame, and the precise clock (read_tsc) cost XDP about as much as the
- * rest of the drop; a bucket refilled at most a few thousand times a second
- * needs no better than the tick. Tracing programs (an entry object that
+ * rest of the drop. On the tick a bucket earns a tick's tokens at once, up
+ * to its burst: more than burst per tick of one reason is not sent
+ * (docs/configuration.md, flows.burst). Tracing programs (an entry object that
  * defines V6N_CTX_TRACING) keep the precise clock: the verifier refuses
  * them the coarse one. */
 static __always_inline __u64 v6n_event_clock(void)
