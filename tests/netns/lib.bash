@@ -30,6 +30,10 @@ at() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 # fresh container or a minimal host may lack.
 bpffs() { mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; }
 
+# median: the median of the numbers on stdin, one per line (the benchmarks'
+# figure of several runs).
+median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
 # --- the exit trap ---------------------------------------------------------------
 # What runs in the background is killed, then the script's own `cleanup`
 # runs if it defines one (detaching the agent, stopping a control plane,
