@@ -711,6 +711,8 @@ default)
     pass_if "[routing] by reload starts v6node-bgp.service; status shows its session; removed: no sessions" bgp_started_by_routing
     ;;
 router)
+    pass_if "a changed /usr block is refused by dm-verity" usr_tampering_detected
+    pass_if "malformed network credential is logged and ignored" bad_credential_falls_back
     pass_if "SLAAC and DHCPv6 addresses from the network's router" router_slaac_and_dhcpv6
     pass_if "DNS servers and domain from RA/DHCPv6 reach resolved, names resolve" router_dns
     pass_if "default route via the router, router answers" router_reachable
@@ -739,12 +741,6 @@ pods)
     pass_if "pods keep talking across an agent restart; CHECK passes" pods_survive_agent_restart
     pass_if "CHECK notices a deleted device; DEL cleans up, twice" pods_check_and_del
     pass_if "netkit vs veth pod-to-pod latency (measured under TCG)" netkit_vs_veth_latency
-    ;;
-faults)
-    pass_if "a changed /usr block is refused by dm-verity" usr_tampering_detected
-    pass_if "malformed network credential is logged and ignored" bad_credential_falls_back
-    pass_if "uplink falls back to SLAAC" uplink_slaac
-    pass_if "default route is IPv6, via the router" ipv6_default_route
     ;;
 secure-boot)
     pass_if "Secure Boot enforcing: the firmware trusts only the test key, not in setup mode" secure_boot_enforced
