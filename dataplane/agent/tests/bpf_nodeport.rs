@@ -25,6 +25,7 @@ use v6node_abi::{
     maps, CtKey, CtValue, Direction, EndpointKey, EndpointValue, Reason, DSR_OPT_TYPE, EVENT_SERVICE, EVENT_XLAT, LB_DSR,
     LB_DSR_IP6IP6,
 };
+use v6node_api::format_mac;
 
 const NODE_PORT: u16 = 30080;
 const TARGET_PORT: u16 = 8080;
@@ -783,6 +784,46 @@ fn xdp_sends_a_backend_behind_another_uplink_out_of_it_when_that_uplink_runs_xdp
     assert_eq!(tuple(&sent), (NODE, NODE_PORT, REMOTE, CLIENT_PORT));
     assert_well_formed(&sent);
     assert_eq!((node.xdp(Reason::V6N_REASON_LB_TRANSLATED), node.xdp(Reason::V6N_REASON_LB_TRACKED)), (1, 2));
+}
+
+/// A UDP frame of `len` bytes from the IPv6 header on.
+fn udp_of_length(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16, len: usize) -> Vec<u8> {
+    let mut packet = Vec::new();
+    PacketBuilder::ethernet2(ROUTER_MAC, UPLINK_MAC)
+        .ipv6(src.octets(), dst.octets(), 64)
+        .udp(sport, dport)
+        .write(&mut packet, &vec![0x76; len - 40 - 8])
+        .unwrap();
+    packet
+}
+
+/// XDP keeps the FIB's answer to a question for a moment (bpf/lib/xdp_fib.h,
+/// 100 ms): a next hop changed under a flow reaches its frames after that
+/// moment, and a frame longer than the answer was given for asks the FIB
+/// again, which refuses it over the MTU: XDP leaves it to tc.
+#[test]
+fn xdp_follows_a_changed_next_hop_after_a_moment_and_asks_again_for_a_longer_frame() {
+    let mut node = Node::with_xdp("xdp-fib");
+    node.node_port(UDP, &[(OTHER_POD, TARGET_PORT)], None);
+    let frame = udp_of_length(REMOTE, CLIENT_PORT, NODE, NODE_PORT, 1200);
+    let (verdict, sent) = node.xdp_on_uplink(&frame);
+    assert_eq!((verdict, &sent[0..6]), (XDP_TX, &ROUTER_MAC[..]), "to the router");
+
+    let new_router_mac = [2, 0, 0, 0, 1, 0xfe];
+    ip(&format!("neigh replace 2001:db8:1::ff lladdr {} dev uplink nud permanent", format_mac(&new_router_mac)));
+    ip("link set uplink mtu 1280");
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let (verdict, sent) = node.xdp_on_uplink(&frame);
+    assert_eq!((verdict, &sent[0..6]), (XDP_TX, &new_router_mac[..]), "to the router's new MAC, 250 ms on");
+
+    // 1200 bytes fitted; 1281 is over the uplink's new MTU (the FIB's
+    // check: a route's own mtu counts only when locked). The answer for
+    // 1200 must not send it.
+    let longer = udp_of_length(REMOTE, CLIENT_PORT, NODE, NODE_PORT, 1281);
+    let (verdict, _) = node.xdp_on_uplink(&longer);
+    assert_eq!(verdict, XDP_PASS, "over the uplink's MTU: tc's");
+    let (verdict, sent) = node.xdp_on_uplink(&frame);
+    assert_eq!((verdict, &sent[0..6]), (XDP_TX, &new_router_mac[..]), "the 1200 bytes still go");
 }
 
 #[test]

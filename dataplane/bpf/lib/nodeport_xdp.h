@@ -32,6 +32,7 @@
 #include "ctx.h"
 #include "fib.h"
 #include "nodeport_state.h"
+#include "xdp_fib.h"
 #include "xdp_send.h"
 
 /* The kernel's bpf_l4_csum_replace on a packet without a partial
@@ -113,7 +114,7 @@ static __always_inline int v6n_xdp_next_hop(struct xdp_md *ctx, const struct v6n
 		fib->tot_len += sizeof(struct ipv6hdr);
 	__builtin_memcpy(fib->ipv6_src, out->saddr, 16);
 	__builtin_memcpy(fib->ipv6_dst, out->daddr, 16);
-	if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS ||
+	if (v6n_xdp_fib_lookup(ctx, fib) != BPF_FIB_LKUP_RET_SUCCESS ||
 	    !v6n_xdp_sends_by(ctx->ingress_ifindex, fib->ifindex))
 		return -1;
 	return 0;

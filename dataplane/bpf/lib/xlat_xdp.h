@@ -43,14 +43,14 @@
 
 /* The translator's FIB lookup (v6n_fib_lookup) from a frame: the next hop
  * must be out of an uplink XDP sends by (v6n_xdp_sends_by), its neighbour
- * known. */
+ * known. Asked through this CPU's table of answers (xdp_fib.h). */
 static __always_inline int v6n_xlat_xdp_next_hop(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
 {
-	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	int rc = v6n_xdp_fib_lookup(ctx, fib);
 
 	if (rc == BPF_FIB_LKUP_RET_FWD_DISABLED) {
 		fib->ifindex = 1; /* LOOPBACK_IFINDEX */
-		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+		rc = v6n_xdp_fib_lookup(ctx, fib);
 	}
 	return rc == BPF_FIB_LKUP_RET_SUCCESS && v6n_xdp_sends_by(ctx->ingress_ifindex, fib->ifindex) ? 0 : -1;
 }
