@@ -21,7 +21,6 @@
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
 
-#include "fib.h"
 
 /* A power of two. Per CPU: 1024 slots of 80 bytes. */
 #define V6N_XDP_FIB_SLOTS 1024
