@@ -33,6 +33,29 @@ bpffs() { mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; }
 # median: the median of the numbers on stdin, one per line (the benchmarks'
 # figure of several runs).
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# ratio A B: A over B to two places, "-" without B.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+# ratio_of_rounds: of "A B" lines on stdin, one per round, the median of
+# A over B with the rounds' lowest and highest: "2.50 (2.41-2.62)".
+ratio_of_rounds() {
+    local a b ratios
+    ratios=$(while read -r a b; do echo "$(ratio "$a" "$b")"; done | sort -n)
+    echo "$(median <<<"$ratios" | awk '{ printf "%.2f", $1 }') ($(head -1 <<<"$ratios")-$(tail -1 <<<"$ratios"))"
+}
+# in_rounds N "MODES" COMMAND [ARG...]: COMMAND ARG... MODE ROUND for each
+# mode in each of N rounds, the modes' order turned every round (a b c,
+# c b a, ...): a benchmark's modes measured close together in time, as the
+# host's speed drifts within a run.
+in_rounds() {
+    local n=$1 round mode
+    local -a order
+    read -r -a order <<<"$2"
+    shift 2
+    for round in $(seq "$n"); do
+        for mode in "${order[@]}"; do "$@" "$mode" "$round"; done
+        mapfile -t order < <(printf '%s\n' "${order[@]}" | tac)
+    done
+}
 
 # --- the exit trap ---------------------------------------------------------------
 # What runs in the background is killed, then the script's own `cleanup`
