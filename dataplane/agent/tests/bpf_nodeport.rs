@@ -17,8 +17,8 @@ use common::{
     lb::{add_service, addr, remove_backend, service_stats, set_external, set_lb_config, set_masquerade, TCP, UDP},
     node::{Node, HOST_B_MAC, NODE, POD_A, POD_B, POD_B_MAC, REMOTE, ROUTER_MAC, UPLINK_MAC},
     packet::{assert_well_formed, ethernet, fold, icmp, ipv6, pseudo6, sum16, ETH_IPV6},
-    run_xdp, try_run_program, try_run_skb, Run, SkbIn, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP, XDP_PASS,
-    XDP_REDIRECT, XDP_TX,
+    run_xdp, stay_on_this_cpu, try_run_program, try_run_skb, Run, SkbIn, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, XDP_DROP,
+    XDP_PASS, XDP_REDIRECT, XDP_TX,
 };
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use v6node_abi::{
@@ -795,19 +795,6 @@ fn udp_of_length(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16, len: usiz
         .write(&mut packet, &vec![0x76; len - 40 - 8])
         .unwrap();
     packet
-}
-
-/// Keeps the calling thread on the CPU it runs on: a program's per-CPU
-/// state is seen again only by runs on the same CPU.
-fn stay_on_this_cpu() {
-    // SAFETY: plain libc calls on a zeroed cpu_set_t of this thread's own.
-    unsafe {
-        let cpu = libc::sched_getcpu();
-        assert!(cpu >= 0, "sched_getcpu");
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "sched_setaffinity");
-    }
 }
 
 /// XDP keeps the FIB's answer to a question for a moment (bpf/lib/xdp_fib.h,

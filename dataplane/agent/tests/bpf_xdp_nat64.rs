@@ -265,6 +265,19 @@ fn xdp_sends_a_two_armed_gateways_frames_out_of_the_other_arm_when_it_runs_xdp()
     assert_eq!(&back[0..6], &[2, 0, 0, 0, 6, 0x64], "to the client's MAC, on `uplink`");
     assert_eq!(&back[38..54], &CLIENT.octets(), "to the client");
     assert_eq!(gw.counted_in_xdp(Reason::V6N_REASON_XLAT_FORWARDED), 2);
+
+    // An IPv4 arm that does not forward IPv6: the FIB, asked from it, says
+    // "forwarding off", and is asked again from the loopback device, as tc
+    // asks it. Past the answers XDP keeps (100 ms), the first frame asks
+    // the FIB; the second is answered from this CPU's table, both times.
+    stay_on_this_cpu();
+    std::fs::write("/proc/sys/net/ipv6/conf/other/forwarding", "0").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    for round in ["asked of the FIB", "answered from the table"] {
+        let back = gw.sends_as_tc(&answer, other, XDP_REDIRECT, &format!("`other` not forwarding IPv6, {round}"));
+        assert_eq!(&back[0..6], &[2, 0, 0, 0, 6, 0x64], "{round}: to the client's MAC, on `uplink`");
+    }
+    assert_eq!(gw.counted_in_xdp(Reason::V6N_REASON_XLAT_FORWARDED), 4);
 }
 
 #[test]

@@ -9,10 +9,13 @@
  * after V6N_XDP_FIB_TTL_NS: a changed route or neighbour reaches the
  * flows XDP forwards within that time, the stack's at once.
  *
- * Only a successful answer is kept, with the longest frame that fitted:
- * a longer one asks the FIB, which checks the MTU. Whatever the FIB does
- * not answer with a next hop (no neighbour, forwarding off, no route) it
- * is asked every time, and its answer goes to tc as before.
+ * A successful answer is kept with the longest frame that fitted: a
+ * longer one asks the FIB, which checks the MTU. "Forwarding off" is kept
+ * too: it is the device's switch, asked first of every frame that comes in
+ * by a device not running the family it is translated to (v6n_fib_lookup
+ * then asks from the loopback device). Whatever else the FIB does not
+ * answer with a next hop (no neighbour, no route) it is asked every time,
+ * and its answer goes to tc as before.
  */
 #ifndef V6NODE_LIB_XDP_FIB_H
 #define V6NODE_LIB_XDP_FIB_H
@@ -20,7 +23,6 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
-
 
 /* A power of two. Per CPU: 1024 slots of 80 bytes. */
 #define V6N_XDP_FIB_SLOTS 1024
@@ -42,7 +44,8 @@ struct v6n_xdp_fib_slot {
 	__u16 fits; /* the longest tot_len the FIB passed */
 	__u8 smac[ETH_ALEN];
 	__u8 dmac[ETH_ALEN];
-	__u8 pad[6];
+	__u8 rc; /* BPF_FIB_LKUP_RET_SUCCESS or _FWD_DISABLED */
+	__u8 pad[5];
 };
 
 /* Not pinned: a program loaded anew starts with an empty table. */
@@ -101,7 +104,7 @@ static __always_inline int v6n_xdp_fib_same_next_hop(const struct v6n_xdp_fib_sl
  * are filled in, the outputs XDP's callers read. The question is written
  * to its slot before the FIB is asked (the FIB's answer overwrites the
  * question in `fib`), and stays unanswered (asked_at 0) if the FIB has
- * no next hop for it. Out of line: inlined, its registers spilled a
+ * neither a next hop nor "forwarding off" for it. Out of line: inlined, its registers spilled a
  * hundred bytes onto stacks the verifier caps at 512 for a chain of calls.
  */
 static __noinline int v6n_xdp_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
@@ -115,6 +118,8 @@ static __noinline int v6n_xdp_fib_lookup(struct xdp_md *ctx, struct bpf_fib_look
 	__u64 now = bpf_ktime_get_coarse_ns();
 	int fresh = slot->asked_at && now - slot->asked_at < V6N_XDP_FIB_TTL_NS && v6n_xdp_fib_asks(slot, fib);
 
+	if (fresh && slot->rc == BPF_FIB_LKUP_RET_FWD_DISABLED)
+		return BPF_FIB_LKUP_RET_FWD_DISABLED;
 	if (fresh && len <= slot->fits) {
 		fib->ifindex = slot->ifindex;
 		__builtin_memcpy(fib->smac, slot->smac, ETH_ALEN);
@@ -128,6 +133,12 @@ static __noinline int v6n_xdp_fib_lookup(struct xdp_md *ctx, struct bpf_fib_look
 			slot->question[i] = v6n_xdp_fib_word(fib, i);
 	}
 	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FWD_DISABLED) {
+		/* The FIB wrote nothing back: the question is still the slot's. */
+		slot->asked_at = now;
+		slot->rc = rc;
+		return rc;
+	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
 	/* The same answer to a longer frame: it fits the route too. */
@@ -136,6 +147,7 @@ static __noinline int v6n_xdp_fib_lookup(struct xdp_md *ctx, struct bpf_fib_look
 		return rc;
 	}
 	slot->asked_at = now;
+	slot->rc = rc;
 	slot->fits = len;
 	slot->ifindex = fib->ifindex;
 	__builtin_memcpy(slot->smac, fib->smac, ETH_ALEN);

@@ -192,6 +192,19 @@ pub fn enter_netns() {
     ip("link set lo up");
 }
 
+/// Keeps the calling thread on the CPU it runs on: a program's per-CPU
+/// state is seen again only by runs on the same CPU.
+pub fn stay_on_this_cpu() {
+    // SAFETY: plain libc calls on a zeroed cpu_set_t of this thread's own.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0, "sched_getcpu");
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "sched_setaffinity");
+    }
+}
+
 pub fn ifindex(name: &str) -> u32 {
     let name = std::ffi::CString::new(name).unwrap();
     // SAFETY: a valid NUL-terminated name.
