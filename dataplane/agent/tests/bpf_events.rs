@@ -12,7 +12,7 @@ use common::{
     events::{events, kind, set_events, stats},
     node::{Node, HOST_A_MAC, POD_A, POD_A_MAC, POD_B},
     policy::set_rules,
-    TC_ACT_REDIRECT, TC_ACT_SHOT,
+    stay_on_this_cpu, TC_ACT_REDIRECT, TC_ACT_SHOT,
 };
 use etherparse::PacketBuilder;
 use v6node_abi::{Direction, EventKind, EventStats, FlowEvent, PolicyDirection, Reason};
@@ -131,6 +131,27 @@ fn a_flood_of_one_drop_is_held_to_its_rate_and_counted() {
     let spoofing = stats(&node.pod, Reason::V6N_REASON_DROP_SPOOFED);
     assert_eq!((spoofing.sent, spoofing.rate_limited, spoofing.ring_full), (3, 17, 0));
     assert_eq!(stats(&node.pod, Reason::V6N_REASON_DROP_MALFORMED).sent, 1);
+}
+
+/// A reason whose rate is used up is held back without asking the bucket
+/// again until its next token is due (bpf/lib/rate.h); then it is sent.
+#[test]
+fn a_held_back_drop_is_sent_again_once_its_next_token_is_earned() {
+    let mut node = Node::new("events-refill", 0);
+    stay_on_this_cpu();
+    set_events(&mut node.pod, true, 20, 1);
+    let spoofed = tcp(Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0x98), 40005, POD_B, 8080, true);
+    let drop_and_count = |node: &mut Node| {
+        assert_eq!(node.sent_by_pod(&spoofed, node.host_a).verdict, TC_ACT_SHOT);
+        let spoofing = stats(&node.pod, Reason::V6N_REASON_DROP_SPOOFED);
+        (spoofing.sent, spoofing.rate_limited)
+    };
+    assert_eq!(drop_and_count(&mut node), (1, 0), "the burst of one");
+    assert_eq!(drop_and_count(&mut node), (1, 1), "within 50 ms: held back");
+    assert_eq!(drop_and_count(&mut node), (1, 2), "held back again");
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    assert_eq!(drop_and_count(&mut node), (2, 2), "a token earned since");
+    assert_eq!(events(&mut node.pod).len(), 2);
 }
 
 #[test]

@@ -320,15 +320,37 @@ static __noinline void v6n_event_exit(struct v6n_ctx *ctx, struct v6n_event_note
 	note->translated = 0;
 }
 
+/* Whether a drop of `reason`, with nothing noted on its way, finds its
+ * rate used up on this CPU: then it is counted as held back here, without
+ * the rest of the exit's work. A flood of drops is what asks, for every
+ * frame. Out of line: its keys on the stack of every program's main frame
+ * pushed XDP's and tc's deepest chains of calls past the verifier's 512 bytes. */
+static __noinline int v6n_event_drop_held_back(__u8 reason)
+{
+	__u32 slot = reason, zero = 0;
+	struct v6n_event_config *config = bpf_map_lookup_elem(&v6n_event_config, &zero);
+	struct v6n_token_bucket *bucket = bpf_map_lookup_elem(&v6n_event_rate, &slot);
+
+	if (!config || !config->enabled || !bucket || !v6n_bucket_empty(bucket, v6n_event_clock()))
+		return 0;
+	struct v6n_event_stats *stats = bpf_map_lookup_elem(&v6n_event_stats, &slot);
+	if (stats)
+		stats->rate_limited++;
+	return 1;
+}
+
 /* At the exit: the packet's events, if it has any (a drop, or a note). */
 static __always_inline void v6n_event_at_exit(struct v6n_ctx *ctx, __u8 direction, __u8 reason)
 {
 	__u32 zero = 0;
 	struct v6n_event_note *note = bpf_map_lookup_elem(&v6n_event_notes, &zero);
 
-	if (note && (v6n_reason_is_drop(reason) || note->what[V6N_POLICY_INGRESS] || note->what[V6N_POLICY_EGRESS] ||
-		     note->translated))
-		v6n_event_exit(ctx, note, direction, reason);
+	if (!note)
+		return;
+	if (!note->what[V6N_POLICY_INGRESS] && !note->what[V6N_POLICY_EGRESS] && !note->translated &&
+	    (!v6n_reason_is_drop(reason) || v6n_event_drop_held_back(reason)))
+		return;
+	v6n_event_exit(ctx, note, direction, reason);
 }
 
 #endif /* V6NODE_LIB_EVENTS_H */

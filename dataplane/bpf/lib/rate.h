@@ -12,13 +12,22 @@
 struct v6n_token_bucket {
 	__u64 refilled_ns;
 	__u64 tokens;
+	__u64 empty_until_ns; /* out of tokens, and none earned before this */
 };
+
+/* Whether `bucket` is known to have no token at `now`, found without the
+ * refill's two 64-bit divisions: a flood asks it of every packet, and the
+ * answer is the same until the next token is earned. */
+static __always_inline int v6n_bucket_empty(const struct v6n_token_bucket *bucket, __u64 now)
+{
+	return !bucket->tokens && now < bucket->empty_until_ns;
+}
 
 /* Whether `bucket`, refilled at `per_second` up to `burst`, has a token at
  * `now`; takes it if so. */
 static __always_inline int v6n_take_token(struct v6n_token_bucket *bucket, __u64 per_second, __u64 burst, __u64 now)
 {
-	if (!per_second)
+	if (!per_second || v6n_bucket_empty(bucket, now))
 		return 0;
 	const __u64 interval = 1000000000ULL / per_second;
 	__u64 earned = interval ? (now - bucket->refilled_ns) / interval : burst;
@@ -29,8 +38,10 @@ static __always_inline int v6n_take_token(struct v6n_token_bucket *bucket, __u64
 		bucket->tokens = tokens > burst ? burst : tokens;
 		bucket->refilled_ns = now;
 	}
-	if (!bucket->tokens)
+	if (!bucket->tokens) {
+		bucket->empty_until_ns = bucket->refilled_ns + interval;
 		return 0;
+	}
 	bucket->tokens--;
 	return 1;
 }
