@@ -323,8 +323,8 @@ static __noinline void v6n_event_exit(struct v6n_ctx *ctx, struct v6n_event_note
 /* Whether a drop of `reason`, with nothing noted on its way, finds its
  * rate used up on this CPU: then it is counted as held back here, without
  * the rest of the exit's work. A flood of drops is what asks, for every
- * frame. Out of line: its keys on the stack of every program's main frame
- * pushed XDP's and tc's deepest chains of calls past the verifier's 512 bytes. */
+ * frame. Out of line: inlined, its keys on a program's main frame pushed
+ * one of the deepest chains of calls past the verifier's 512 bytes. */
 static __noinline int v6n_event_drop_held_back(__u8 reason)
 {
 	__u32 slot = reason, zero = 0;

@@ -104,8 +104,9 @@ static __always_inline int v6n_xdp_fib_same_next_hop(const struct v6n_xdp_fib_sl
  * are filled in, the outputs XDP's callers read. The question is written
  * to its slot before the FIB is asked (the FIB's answer overwrites the
  * question in `fib`), and stays unanswered (asked_at 0) if the FIB has
- * neither a next hop nor "forwarding off" for it. Out of line: inlined, its registers spilled a
- * hundred bytes onto stacks the verifier caps at 512 for a chain of calls.
+ * neither a next hop nor "forwarding off" for it. Out of line: inlined,
+ * its registers spilled a hundred bytes onto stacks the verifier caps at
+ * 512 for a chain of calls.
  */
 static __noinline int v6n_xdp_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
 {
