@@ -62,7 +62,6 @@ else:
 EOF
 
 # --- measuring -------------------------------------------------------------------
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # ICMPv6 Packet Too Big sent by the namespaces that route (none: 0).
 node_ptbs() {
     local ns total=0 n
@@ -142,5 +141,4 @@ done
 
 # --- report helpers ---------------------------------------------------------------
 fmt() { awk -v v="$1" -v d="$2" 'BEGIN {printf "%.*f", d, v}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "–"}'; }
 k() { echo "$((($1 + 1023) / 1024))k"; }

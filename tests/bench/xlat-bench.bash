@@ -4,7 +4,6 @@
 # benchmark itself. Expects: client_ns, server_ns, gw (namespaces), work,
 # bin, secs, reps, V6NODE_PIN_DIR, V6NODE_STATE_DIR, and tests/netns/lib.bash.
 # Sets result[MODE,tx|rx|pps|cps] (medians) through `measure`.
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 stop() { kill "${!1}"; wait "${!1}" 2>/dev/null || true; printf -v "$1" ''; }
 iperf() {
     local target=$1 out
@@ -62,6 +61,5 @@ agent_gone() {
     rm -rf "$V6NODE_PIN_DIR"
 }
 
-# Report cells: a figure, and a ratio of two (– when one is missing).
+# Report cells: a figure (– when missing; ratio, tests/netns/lib.bash, gives - for a ratio).
 fmt() { [[ -n "$1" ]] && awk -v v="$1" 'BEGIN {printf "%.2f", v}' || printf '–'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b; else printf "–"}'; }

@@ -32,11 +32,11 @@ bpffs() { mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; }
 
 # median: the median of the numbers on stdin, one per line (the benchmarks'
 # figure of several runs).
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # per_second SECONDS COUNT...: each COUNT over SECONDS, whole, on one line.
 per_second() { awk -v t="$1" 'BEGIN { for (i = 2; i < ARGC; i++) printf "%d%s", ARGV[i] / t, (i < ARGC - 1 ? " " : "\n") }' "$@"; }
-# ratio A B: A over B to two places, "-" without B.
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+# ratio A B: A over B to two places, "-" without A or B.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else printf "-" }'; }
 # ratio_of_rounds: of "A B" lines on stdin, one per round, the median of
 # A over B with the rounds' lowest and highest: "2.50 (2.41-2.62)".
 ratio_of_rounds() {
